@@ -1,0 +1,32 @@
+# The two commands of the README's Quick start, and what they stand on.
+JOBS ?= $(shell nproc)
+BUILD ?= build
+ASAN_BUILD ?= build-asan
+
+.PHONY: demo test setup build build-asan bench clean
+
+setup:
+	@bash scripts/setup.sh
+
+build: setup
+	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release >/dev/null
+	@cmake --build $(BUILD) -j $(JOBS)
+
+build-asan: setup
+	@cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DAMPFUSE_SANITIZE=ON -DAMPFUSE_BUILD_BENCH=OFF >/dev/null
+	@cmake --build $(ASAN_BUILD) -j $(JOBS)
+
+demo: build
+	@./$(BUILD)/ampfuse run
+
+# The whole suite twice: the release build, then under ASan + UBSan (without the
+# exhaustive 2^32-input checks, which take minutes there and test arithmetic, not memory).
+test: build build-asan
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+	cd $(ASAN_BUILD) && ctest --output-on-failure -j $(JOBS) -LE exhaustive
+
+bench: build
+	@./$(BUILD)/ampfuse_bench
+
+clean:
+	rm -rf $(BUILD) $(ASAN_BUILD)

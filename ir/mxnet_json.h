@@ -1,0 +1,34 @@
+// MXNet symbol JSON (*-symbol.json) import and export.
+#pragma once
+
+#include "ir/graph.h"
+
+#include <map>
+#include <string>
+#include <string_view>
+
+namespace ampfuse::ir {
+
+struct MxnetImportOptions {
+  // Shapes for input variables ("data" -> {1,3,224,224}); override __shape__ hints.
+  std::map<std::string, Shape> input_shapes;
+  std::map<std::string, DType> input_dtypes;  // default f32 (or the __dtype__ hint)
+  bool infer = true;  // run infer_types when every input variable has a shape
+};
+
+// Reads every MXNet version's format: attributes under "attrs", "attr" or "param";
+// 2- or 3-element input entries; files with or without node_row_ptr; "heads";
+// "arg_nodes"; __shape__/__dtype__ hints. Variables become input, param or aux by the
+// slots they feed. Errors name the source and the node: "resnet.json: node 12 'conv0'
+// (Convolution): unknown attribute 'foo'". INT8 graphs are refused with one message
+// naming the first unsupported op.
+Graph import_mxnet_json(std::string_view json_text, std::string_view source_name,
+                        const MxnetImportOptions& opts = {});
+Graph load_mxnet_json_file(const std::string& path, const MxnetImportOptions& opts = {});
+
+// Writes the 1.x format that MXNet 1.9 loads (attrs, 3-element entries, node_row_ptr,
+// mxnet_version 10900). import_mxnet_json(export_mxnet_json(g)) == g for graphs whose
+// variables carry their types in __shape__/__dtype__ hints (export writes them).
+std::string export_mxnet_json(const Graph& g);
+
+}  // namespace ampfuse::ir

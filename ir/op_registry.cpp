@@ -1,0 +1,159 @@
+#include "ir/op_registry.h"
+
+#include "ir/error.h"
+
+#include <algorithm>
+
+namespace ampfuse::ir {
+
+std::string_view amp_class_name(AmpClass c) {
+  switch (c) {
+    case AmpClass::lowp: return "lowp";
+    case AmpClass::fp32: return "fp32";
+    case AmpClass::widest: return "widest";
+    case AmpClass::cond_fp32: return "cond_fp32";
+    case AmpClass::neutral: return "neutral";
+  }
+  return "?";
+}
+
+const TensorType& InferContext::in(size_t i) const {
+  if (i >= inputs.size()) fail("input {} is missing ({} given)", i, inputs.size());
+  if (!inputs[i]) fail("the type of input {} is unknown", i);
+  return *inputs[i];
+}
+
+int OpDef::input_count(const Attrs& a) const {
+  return num_inputs ? num_inputs(a) : static_cast<int>(inputs.size());
+}
+const InputSlot& OpDef::slot(size_t i) const {
+  if (inputs.empty()) fail("{} declares no input slots", name);
+  return inputs[std::min(i, inputs.size() - 1)];
+}
+int OpDef::output_count(const Attrs& a) const { return num_outputs ? num_outputs(a) : 1; }
+
+const AttrSpec* OpDef::find_attr(std::string_view n) const {
+  for (const auto& s : attrs)
+    if (s.name == n) return &s;
+  return nullptr;
+}
+
+AmpClass OpDef::amp_class(DType target) const {
+  if (target == DType::bf16) return amp_bf16;
+  if (target == DType::f16) return amp_fp16;
+  fail("AMP target must be f16 or bf16, not {}", dtype_name(target));
+}
+
+OpRegistry& OpRegistry::global() {
+  static OpRegistry* registry = [] {
+    auto* r = new OpRegistry;
+    register_elementwise_ops(*r);
+    register_nn_ops(*r);
+    register_tensor_ops(*r);
+    return r;
+  }();
+  return *registry;
+}
+
+void OpRegistry::add(OpDef def) {
+  if (ops_.count(def.name)) fail("op '{}' is registered twice", def.name);
+  std::string name = def.name;
+  ops_.emplace(std::move(name), std::move(def));
+}
+
+const OpDef* OpRegistry::find(std::string_view name) const {
+  auto it = ops_.find(name);
+  return it == ops_.end() ? nullptr : &it->second;
+}
+
+namespace {
+size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+}  // namespace
+
+const OpDef& OpRegistry::get(std::string_view name) const {
+  if (const OpDef* d = find(name)) return *d;
+  std::string best;
+  size_t best_d = 4;
+  for (const auto& [n, _] : ops_) {
+    size_t d = edit_distance(name, n);
+    if (d < best_d) best_d = d, best = n;
+  }
+  if (!best.empty()) fail("unknown op '{}' (did you mean '{}'?)", name, best);
+  fail("unknown op '{}'", name);
+}
+
+std::vector<std::string> OpRegistry::names() const {
+  std::vector<std::string> out;
+  for (const auto& [n, _] : ops_) out.push_back(n);
+  return out;
+}
+
+namespace {
+bool kind_matches(AttrKind k, const AttrValue& v) {
+  switch (k) {
+    case AttrKind::Bool: return std::holds_alternative<bool>(v);
+    case AttrKind::Int: return std::holds_alternative<int64_t>(v);
+    case AttrKind::Float: return std::holds_alternative<double>(v);
+    case AttrKind::String: return std::holds_alternative<std::string>(v);
+    case AttrKind::IntList: return std::holds_alternative<std::vector<int64_t>>(v);
+    case AttrKind::FloatList: return std::holds_alternative<std::vector<double>>(v);
+    case AttrKind::DType: return std::holds_alternative<DType>(v);
+  }
+  return false;
+}
+}  // namespace
+
+Attrs complete_attrs(const OpDef& def, Attrs given) {
+  for (const auto& [name, value] : given.values()) {
+    const AttrSpec* spec = def.find_attr(name);
+    if (!spec) fail("{} has no attribute '{}'", def.name, name);
+    AttrValue v = value;
+    // Widen an int where a float is declared, and a float list from ints.
+    if (spec->kind == AttrKind::Float)
+      if (const int64_t* i = std::get_if<int64_t>(&v)) v = static_cast<double>(*i);
+    if (spec->kind == AttrKind::FloatList)
+      if (const auto* l = std::get_if<std::vector<int64_t>>(&v)) v = std::vector<double>(l->begin(), l->end());
+    const bool none_ok = std::holds_alternative<std::monostate>(v) && spec->default_value &&
+                         std::holds_alternative<std::monostate>(*spec->default_value);
+    if (!none_ok && !kind_matches(spec->kind, v))
+      fail("attribute '{}' of {} must be {}, not {}", name, def.name, attr_kind_name(spec->kind), format_ir_attr(v));
+    if (const auto* s = std::get_if<std::string>(&v); s && !spec->choices.empty() &&
+        std::find(spec->choices.begin(), spec->choices.end(), *s) == spec->choices.end())
+      fail("attribute '{}' of {}: '{}' is not one of {}", name, def.name, *s, fmt::join(spec->choices, ", "));
+    given.set(name, std::move(v));
+  }
+  for (const auto& spec : def.attrs) {
+    if (given.has(spec.name)) continue;
+    if (!spec.default_value) fail("{} needs attribute '{}'", def.name, spec.name);
+    given.set(spec.name, *spec.default_value);
+  }
+  return given;
+}
+
+Attrs parse_attrs(const OpDef& def, const std::map<std::string, std::string>& raw) {
+  Attrs typed;
+  for (const auto& [name, text] : raw) {
+    if (name.starts_with("__")) continue;
+    if (const AttrSpec* spec = def.find_attr(name)) {
+      typed.set(name, parse_mxnet_attr(*spec, text));
+    } else if (std::find(def.ignored_attrs.begin(), def.ignored_attrs.end(), name) == def.ignored_attrs.end()) {
+      fail("{} has no attribute '{}' (value '{}')", def.name, name, text);
+    }
+  }
+  return complete_attrs(def, std::move(typed));
+}
+
+}  // namespace ampfuse::ir

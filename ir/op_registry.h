@@ -1,0 +1,131 @@
+// The op registry: every op ampfuse knows, declared once.
+//
+// An OpDef holds everything the rest of the system asks of an op: its inputs and outputs,
+// its attribute schema, type and shape inference, its AMP class per target dtype, whether
+// the fusion planner may fuse it, and for elementwise ops the scalar recipe that the
+// interpreter and both code generators lower. Ops are registered by the register_*_ops
+// functions (ir/ops/*.cpp), called once by OpRegistry::global().
+#pragma once
+
+#include "ir/attrs.h"
+#include "ir/dtype.h"
+#include "ir/scalar_program.h"
+
+#include <functional>
+#include <map>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace ampfuse::ir {
+
+// What an input slot holds. MXNet import marks a variable as a param (or aux) when it
+// feeds such a slot; AMP keeps `keep_fp32` slots in f32 for the given targets.
+enum class SlotRole : uint8_t { data, param, aux };
+
+struct InputSlot {
+  std::string name;  // "data", "weight", "bias", "gamma", "moving_mean"...
+  SlotRole role = SlotRole::data;
+  bool optional = false;  // e.g. bias when no_bias=True
+};
+
+// The five AMP classes (MXNet's op lists). See DESIGN.md "AMP conversion".
+enum class AmpClass : uint8_t { lowp, fp32, widest, cond_fp32, neutral };
+std::string_view amp_class_name(AmpClass c);
+
+// For cond_fp32: the op runs in f32 when attribute `attr` has one of `values`
+// (e.g. Activation act_type in {softrelu}); otherwise it is `otherwise`.
+struct CondFp32 {
+  std::string attr;
+  std::vector<std::string> values;
+  AmpClass otherwise = AmpClass::neutral;
+};
+
+// How the rest of the system treats the op's computation.
+enum class OpKind : uint8_t {
+  elementwise,  // same-shape (or broadcast_*) inputs, scalar recipe, fusable
+  view,         // reshape-like: output shares the input's elements in order (Reshape, Flatten...)
+  data_movement,  // transpose, slice, concat, broadcast_to...: re-indexing, no arithmetic
+  reduction,    // sum, all_finite...
+  compute,      // convolution, matmul, pooling, norms, RNN: an external kernel
+  source,       // _zeros: no inputs
+  opaque,       // Custom, unknown semantics
+};
+
+// What type inference sees and writes. Inputs may be unknown (nullopt) only for slots
+// whose producer is a variable without a type or an op that lets consumers decide
+// (_zeros with 0 extents): the op's infer either fills them (`inputs[i] = ...`, e.g.
+// Convolution's weight from num_filter and kernel) or leaves them unknown. It must set
+// every output. On a problem it throws ampfuse::Error with a message about the op alone
+// ("input 1 (weight) has shape [3] but [64,3,7,7] is needed"); the caller adds the node.
+struct InferContext {
+  const Attrs& attrs;
+  std::vector<std::optional<TensorType>> inputs;
+  std::vector<std::optional<TensorType>> outputs;
+
+  const TensorType& in(size_t i) const;  // throws "input i (name) is unknown" if nullopt
+};
+using InferFn = std::function<void(InferContext&)>;
+
+struct OpDef {
+  std::string name;
+  OpKind kind = OpKind::compute;
+  std::vector<InputSlot> inputs;  // the input slots, in order
+  // The input count when it depends on attributes: Convolution has 2 with no_bias=True,
+  // else 3; Concat has num_args (all like the last slot). Unset: inputs.size().
+  std::function<int(const Attrs&)> num_inputs;
+  // Outputs: 1 unless set (SliceChannel: num_outputs).
+  std::function<int(const Attrs&)> num_outputs;
+  std::vector<AttrSpec> attrs;
+  // MXNet parameters that do not change results here (Convolution's workspace,
+  // cudnn_tune...): accepted on import and dropped. Anything not in attrs or here is an error.
+  std::vector<std::string> ignored_attrs;
+  InferFn infer;
+
+  AmpClass amp_bf16 = AmpClass::neutral;
+  AmpClass amp_fp16 = AmpClass::neutral;
+  std::optional<CondFp32> cond_fp32_bf16, cond_fp32_fp16;  // when amp_* == cond_fp32
+  // Input slots AMP leaves in f32 for the target (bf16 BatchNorm gamma/beta/moving_*).
+  std::vector<int> keep_fp32_inputs_bf16, keep_fp32_inputs_fp16;
+
+  bool fusable = false;
+  ScalarRecipe recipe;  // elementwise ops: the one definition of the op's math
+
+  int input_count(const Attrs& a) const;
+  // Slot i; slots past the declared ones repeat the last (variadic ops).
+  const InputSlot& slot(size_t i) const;
+  int output_count(const Attrs& a) const;
+  const AttrSpec* find_attr(std::string_view name) const;
+  AmpClass amp_class(DType target) const;  // target: f16 or bf16
+};
+
+class OpRegistry {
+ public:
+  // The registry with every built-in op.
+  static OpRegistry& global();
+
+  void add(OpDef def);  // throws on a duplicate name
+  const OpDef* find(std::string_view name) const;
+  // Throws ampfuse::Error "unknown op 'X'" (with close names suggested).
+  const OpDef& get(std::string_view name) const;
+  std::vector<std::string> names() const;  // sorted
+
+ private:
+  std::map<std::string, OpDef, std::less<>> ops_;
+};
+
+// Typed attributes for `def` from MXNet's strings: parses declared ones, fills defaults,
+// drops ignored ones, and throws on a missing required or an undeclared attribute
+// (naming it). Keys starting with "__" are not attributes; callers keep them as hints.
+Attrs parse_attrs(const OpDef& def, const std::map<std::string, std::string>& raw);
+// Fills defaults into already-typed attributes and checks kinds and choices.
+Attrs complete_attrs(const OpDef& def, Attrs given);
+
+// Registration entry points, one per file in ir/ops/.
+void register_elementwise_ops(OpRegistry& r);
+void register_nn_ops(OpRegistry& r);
+void register_tensor_ops(OpRegistry& r);
+
+}  // namespace ampfuse::ir

@@ -1,0 +1,143 @@
+#include "ir/scalar_program.h"
+
+#include "ir/error.h"
+
+namespace ampfuse::ir {
+
+std::string_view scalar_op_name(ScalarOp op) {
+  switch (op) {
+    case ScalarOp::input: return "input";
+    case ScalarOp::constant: return "const";
+    case ScalarOp::neg: return "neg";
+    case ScalarOp::abs: return "abs";
+    case ScalarOp::sign: return "sign";
+    case ScalarOp::exp: return "exp";
+    case ScalarOp::log: return "log";
+    case ScalarOp::log1p: return "log1p";
+    case ScalarOp::expm1: return "expm1";
+    case ScalarOp::sqrt: return "sqrt";
+    case ScalarOp::rsqrt: return "rsqrt";
+    case ScalarOp::erf: return "erf";
+    case ScalarOp::tanh: return "tanh";
+    case ScalarOp::floor: return "floor";
+    case ScalarOp::ceil: return "ceil";
+    case ScalarOp::trunc: return "trunc";
+    case ScalarOp::isfinite: return "isfinite";
+    case ScalarOp::round_to: return "round_to";
+    case ScalarOp::add: return "add";
+    case ScalarOp::sub: return "sub";
+    case ScalarOp::mul: return "mul";
+    case ScalarOp::div: return "div";
+    case ScalarOp::pow: return "pow";
+    case ScalarOp::max: return "max";
+    case ScalarOp::min: return "min";
+    case ScalarOp::eq: return "eq";
+    case ScalarOp::ne: return "ne";
+    case ScalarOp::lt: return "lt";
+    case ScalarOp::le: return "le";
+    case ScalarOp::gt: return "gt";
+    case ScalarOp::ge: return "ge";
+    case ScalarOp::select: return "select";
+  }
+  return "?";
+}
+
+int scalar_op_arity(ScalarOp op) {
+  switch (op) {
+    case ScalarOp::input:
+    case ScalarOp::constant: return 0;
+    case ScalarOp::add:
+    case ScalarOp::sub:
+    case ScalarOp::mul:
+    case ScalarOp::div:
+    case ScalarOp::pow:
+    case ScalarOp::max:
+    case ScalarOp::min:
+    case ScalarOp::eq:
+    case ScalarOp::ne:
+    case ScalarOp::lt:
+    case ScalarOp::le:
+    case ScalarOp::gt:
+    case ScalarOp::ge: return 2;
+    case ScalarOp::select: return 3;
+    default: return 1;
+  }
+}
+
+ScalarBuilder::ScalarBuilder(int num_inputs) { p_.num_inputs = num_inputs; }
+
+ScalarBuilder::Val ScalarBuilder::input(int i) {
+  if (i < 0 || i >= p_.num_inputs) fail("scalar recipe reads input {} of {}", i, p_.num_inputs);
+  p_.instrs.push_back({.op = ScalarOp::input, .index = i});
+  return static_cast<Val>(p_.instrs.size() - 1);
+}
+
+ScalarBuilder::Val ScalarBuilder::constant(double v) {
+  p_.instrs.push_back({.op = ScalarOp::constant, .value = v});
+  return static_cast<Val>(p_.instrs.size() - 1);
+}
+
+namespace {
+void check_operand(const ScalarProgram& p, ScalarBuilder::Val v) {
+  if (v < 0 || static_cast<size_t>(v) >= p.instrs.size()) fail("scalar recipe uses undefined value %{}", v);
+}
+}  // namespace
+
+ScalarBuilder::Val ScalarBuilder::unary(ScalarOp op, Val a) {
+  if (scalar_op_arity(op) != 1 || op == ScalarOp::round_to) fail("{} is not a unary scalar op", scalar_op_name(op));
+  check_operand(p_, a);
+  p_.instrs.push_back({.op = op, .a = a});
+  return static_cast<Val>(p_.instrs.size() - 1);
+}
+
+ScalarBuilder::Val ScalarBuilder::binary(ScalarOp op, Val a, Val b) {
+  if (scalar_op_arity(op) != 2) fail("{} is not a binary scalar op", scalar_op_name(op));
+  check_operand(p_, a);
+  check_operand(p_, b);
+  p_.instrs.push_back({.op = op, .a = a, .b = b});
+  return static_cast<Val>(p_.instrs.size() - 1);
+}
+
+ScalarBuilder::Val ScalarBuilder::select(Val cond, Val if_true, Val if_false) {
+  check_operand(p_, cond);
+  check_operand(p_, if_true);
+  check_operand(p_, if_false);
+  p_.instrs.push_back({.op = ScalarOp::select, .a = cond, .b = if_true, .c = if_false});
+  return static_cast<Val>(p_.instrs.size() - 1);
+}
+
+ScalarBuilder::Val ScalarBuilder::round_to(Val a, DType t) {
+  check_operand(p_, a);
+  p_.instrs.push_back({.op = ScalarOp::round_to, .a = a, .dtype = t});
+  return static_cast<Val>(p_.instrs.size() - 1);
+}
+
+ScalarProgram ScalarBuilder::finish(std::vector<Val> results) {
+  for (Val r : results) check_operand(p_, r);
+  p_.results = std::move(results);
+  return std::move(p_);
+}
+
+std::string print_scalar_program(const ScalarProgram& p) {
+  std::string out;
+  for (size_t i = 0; i < p.instrs.size(); ++i) {
+    const ScalarInstr& s = p.instrs[i];
+    out += fmt::format("%{} = {}", i, scalar_op_name(s.op));
+    switch (s.op) {
+      case ScalarOp::input: out += fmt::format(" {}", s.index); break;
+      case ScalarOp::constant: out += fmt::format(" {}", s.value); break;
+      case ScalarOp::round_to: out += fmt::format(" %{} to {}", s.a, dtype_name(s.dtype)); break;
+      default: {
+        const int n = scalar_op_arity(s.op);
+        out += fmt::format(" %{}", s.a);
+        if (n > 1) out += fmt::format(", %{}", s.b);
+        if (n > 2) out += fmt::format(", %{}", s.c);
+      }
+    }
+    out += '\n';
+  }
+  out += fmt::format("results {}\n", fmt::join(p.results, ", "));
+  return out;
+}
+
+}  // namespace ampfuse::ir

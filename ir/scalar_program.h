@@ -1,0 +1,99 @@
+// Scalar recipes: the math of an elementwise op, written once, lowered everywhere.
+//
+// An op's recipe is a function that, given its attributes, builds a small SSA program of
+// primitive scalar instructions over its inputs. The reference interpreter evaluates that
+// program, the LLVM emitter and the CUDA emitter translate it; nothing else may define
+// an op's math. Programs compute in one "compute type", f32 (or f64 when an input or
+// output is f64, or an integer type needs exactness up to 2^53), and store results
+// rounded to the output dtype.
+#pragma once
+
+#include "ir/attrs.h"
+#include "ir/dtype.h"
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace ampfuse::ir {
+
+enum class ScalarOp : uint8_t {
+  input,     // value = input #index
+  constant,  // value = constant (rounded to the compute type)
+  // unary
+  neg, abs, sign, exp, log, log1p, expm1, sqrt, rsqrt, erf, tanh, floor, ceil, trunc,
+  isfinite,  // 1 if finite else 0
+  round_to,  // round to `dtype` and back to the compute type (a cast inside a program)
+  // binary
+  add, sub, mul, div, pow,
+  max, min,  // NaN-propagating, see below
+  eq, ne, lt, le, gt, ge,  // 1 or 0
+  // ternary
+  select,  // a != 0 ? b : c
+};
+
+std::string_view scalar_op_name(ScalarOp op);
+int scalar_op_arity(ScalarOp op);  // 0 for input/constant
+
+// Semantics of the primitives, for every backend:
+//  - max/min propagate NaN: max(NaN, x) = max(x, NaN) = NaN (MXNet's maximum/relu do).
+//    max(-0, +0) may return either zero.
+//  - compares are IEEE: any compare with NaN is false except ne.
+//  - sign(NaN) = NaN, sign(+-0) = 0.
+//  - round_to(dtype): f16/bf16 round-to-nearest-even (ir/lowp.h); to an integer type:
+//    truncate toward zero, saturate at the type's range, NaN -> 0; to bool: x != 0.
+//  - exp, log, log1p, expm1, sqrt, rsqrt, erf, tanh, pow: as the C library computes them
+//    in the compute type (the interpreter's reference); fused code states its ULP bound.
+struct ScalarInstr {
+  ScalarOp op;
+  int32_t a = -1, b = -1, c = -1;  // operands: earlier instruction indices
+  int32_t index = 0;               // input: which input
+  double value = 0;                // constant
+  DType dtype = DType::f32;        // round_to
+  friend bool operator==(const ScalarInstr&, const ScalarInstr&) = default;
+};
+
+struct ScalarProgram {
+  int num_inputs = 0;
+  std::vector<ScalarInstr> instrs;
+  std::vector<int32_t> results;  // one per op output
+};
+
+// Builds a ScalarProgram; each method appends an instruction and returns its index.
+// Identical instructions are not deduplicated (recipes are tiny).
+class ScalarBuilder {
+ public:
+  using Val = int32_t;
+  explicit ScalarBuilder(int num_inputs);
+
+  Val input(int i);
+  Val constant(double v);
+  Val unary(ScalarOp op, Val a);
+  Val binary(ScalarOp op, Val a, Val b);
+  Val select(Val cond, Val if_true, Val if_false);
+  Val round_to(Val a, DType t);
+
+  Val add(Val a, Val b) { return binary(ScalarOp::add, a, b); }
+  Val sub(Val a, Val b) { return binary(ScalarOp::sub, a, b); }
+  Val mul(Val a, Val b) { return binary(ScalarOp::mul, a, b); }
+  Val div(Val a, Val b) { return binary(ScalarOp::div, a, b); }
+  Val max(Val a, Val b) { return binary(ScalarOp::max, a, b); }
+  Val min(Val a, Val b) { return binary(ScalarOp::min, a, b); }
+
+  ScalarProgram finish(std::vector<Val> results);
+
+ private:
+  ScalarProgram p_;
+};
+
+// A recipe: builds the op's program from its attributes. `b` starts with the op's inputs
+// available as b.input(i); the recipe returns one value per output.
+using ScalarRecipe = std::function<std::vector<ScalarBuilder::Val>(ScalarBuilder& b, const Attrs& attrs)>;
+
+// Human-readable listing, one instruction per line ("%3 = mul %1, %2").
+std::string print_scalar_program(const ScalarProgram& p);
+
+}  // namespace ampfuse::ir

@@ -1,0 +1,38 @@
+// The reference interpreter: runs any graph op by op and defines what graphs mean.
+//
+// Elementwise ops evaluate their registry recipe (ir/scalar_program.h) in the compute
+// type (f32, f64 for f64 and integer data) and round once when storing each output to
+// its dtype. Other ops run the plain-loop kernels in runtime/reference/ (f32 accumulation
+// for low-precision inputs). Slow is fine, wrong is not.
+#pragma once
+
+#include "ir/graph.h"
+#include "runtime/tensor.h"
+
+#include <map>
+#include <string>
+#include <vector>
+
+namespace ampfuse::runtime {
+
+// Values for the graph's variables, by variable name.
+using Bindings = std::map<std::string, Tensor>;
+
+// Runs `g` (types inferred) and returns its outputs in order. Every variable must be
+// bound with a tensor of exactly its type; throws ampfuse::Error naming the variable or the
+// node that failed.
+std::vector<Tensor> interpret(const ir::Graph& g, const Bindings& vars);
+
+// Evaluates a scalar program elementwise. `inputs[i]` has `out_shape` or broadcasts to it
+// (numpy rules, right-aligned; size-1 extents broadcast). Outputs are allocated with
+// `out_types` (same shape). The reference path for every elementwise op.
+std::vector<Tensor> eval_scalar_program(const ir::ScalarProgram& p,
+                                        const std::vector<const Tensor*>& inputs,
+                                        const std::vector<TensorType>& out_types);
+
+// Seeded random values for every variable of `g` not in `given`: floats uniform in
+// [-1, 1) scaled by 1/sqrt(fan-in) for params, [0.5, 1.5) for BatchNorm variances,
+// integers (token ids) in [0, the consuming op's limit). Deterministic for a seed.
+Bindings random_bindings(const ir::Graph& g, uint64_t seed, const Bindings& given = {});
+
+}  // namespace ampfuse::runtime

@@ -1,0 +1,59 @@
+// Dense, row-major host tensors.
+#pragma once
+
+#include "ir/dtype.h"
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+
+namespace ampfuse::runtime {
+
+using ir::DType;
+using ir::Shape;
+using ir::TensorType;
+
+// A tensor owns (a share of) a 64-byte aligned buffer of num_elements * dtype_size bytes,
+// contiguous in row-major order. Copies share the buffer; clone() copies the data.
+// f16 and bf16 elements are stored as their uint16_t bit patterns, bool as uint8_t 0/1.
+class Tensor {
+ public:
+  Tensor() = default;
+  // Uninitialized storage of the given type; throws ampfuse::Error if too large.
+  explicit Tensor(TensorType type);
+  static Tensor zeros(TensorType type);
+
+  const TensorType& type() const { return type_; }
+  DType dtype() const { return type_.dtype; }
+  const Shape& shape() const { return type_.shape; }
+  int64_t size() const { return size_; }  // elements
+  size_t bytes() const { return static_cast<size_t>(size_) * ir::dtype_size(type_.dtype); }
+  bool empty_storage() const { return !data_; }
+
+  void* raw() { return data_.get(); }
+  const void* raw() const { return data_.get(); }
+  template <class T> T* data() { return static_cast<T*>(raw()); }
+  template <class T> const T* data() const { return static_cast<const T*>(raw()); }
+
+  // Element i as a double, exactly (f16/bf16 widened, ints converted; i64 beyond 2^53
+  // rounds). set_f64 converts with the round_to rules of ir/scalar_program.h.
+  double get_f64(int64_t i) const;
+  void set_f64(int64_t i, double v);
+
+  Tensor clone() const;
+  // Same buffer, new shape with the same element count (throws otherwise).
+  Tensor reshaped(Shape s) const;
+
+ private:
+  TensorType type_;
+  int64_t size_ = 0;
+  std::shared_ptr<std::byte[]> data_;
+};
+
+// Converts every element to `to` with the round_to rules (the interpreter's Cast).
+Tensor cast(const Tensor& t, DType to);
+// Float tensor of the same shape holding the elements as f64 values (for comparisons).
+std::vector<double> to_f64_vector(const Tensor& t);
+
+}  // namespace ampfuse::runtime
