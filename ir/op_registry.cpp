@@ -119,6 +119,7 @@ bool kind_matches(AttrKind k, const AttrValue& v) {
 Attrs complete_attrs(const OpDef& def, Attrs given) {
   for (const auto& [name, value] : given.values()) {
     const AttrSpec* spec = def.find_attr(name);
+    if (!spec && def.open_attrs && std::holds_alternative<std::string>(value)) continue;
     if (!spec) fail("{} has no attribute '{}'", def.name, name);
     AttrValue v = value;
     // Widen an int where a float is declared, and a float list from ints.
@@ -149,6 +150,8 @@ Attrs parse_attrs(const OpDef& def, const std::map<std::string, std::string>& ra
     if (name.starts_with("__")) continue;
     if (const AttrSpec* spec = def.find_attr(name)) {
       typed.set(name, parse_mxnet_attr(*spec, text));
+    } else if (def.open_attrs) {
+      typed.set(name, text);
     } else if (std::find(def.ignored_attrs.begin(), def.ignored_attrs.end(), name) == def.ignored_attrs.end()) {
       fail("{} has no attribute '{}' (value '{}')", def.name, name, text);
     }

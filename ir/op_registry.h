@@ -82,6 +82,9 @@ struct OpDef {
   // MXNet parameters that do not change results here (Convolution's workspace,
   // cudnn_tune...): accepted on import and dropped. Anything not in attrs or here is an error.
   std::vector<std::string> ignored_attrs;
+  // Custom: attributes beyond the declared ones are kept as strings (its op_type decides
+  // what they mean) instead of being an error.
+  bool open_attrs = false;
   InferFn infer;
 
   AmpClass amp_bf16 = AmpClass::neutral;
