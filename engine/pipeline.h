@@ -1,0 +1,24 @@
+// A straight line of graph passes, verified and optionally dumped after each step.
+#pragma once
+
+#include "ir/graph.h"
+
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace ampfuse::engine {
+
+// A named step: rewrites the graph in place. Names are kebab-case ("amp-convert") and
+// appear in dumps and errors.
+struct PassStep {
+  std::string name;
+  std::function<void(ir::Graph&)> run;
+};
+
+// Runs the steps in order. After each one the graph is verified (ir::verify); a failure
+// names the pass ("after pass 'cast-fold': node 7 ..."). With AMPFUSE_DUMP containing "ir",
+// prints "// ----- after <name> -----" and the textual IR to stderr after every step.
+void run_pipeline(ir::Graph& g, const std::vector<PassStep>& steps);
+
+}  // namespace ampfuse::engine
