@@ -13,15 +13,19 @@ struct MxnetImportOptions {
   // Shapes for input variables ("data" -> {1,3,224,224}); override __shape__ hints.
   std::map<std::string, Shape> input_shapes;
   std::map<std::string, DType> input_dtypes;  // default f32 (or the __dtype__ hint)
-  bool infer = true;  // run infer_types when every input variable has a shape
+  // Run infer_types once an input variable has a shape. Inputs that consumers type (a
+  // SoftmaxOutput label) may be left out; one that stays unknown is an error naming it.
+  bool infer = true;
 };
 
 // Reads every MXNet version's format: attributes under "attrs", "attr" or "param";
 // 2- or 3-element input entries; files with or without node_row_ptr; "heads";
 // "arg_nodes"; __shape__/__dtype__ hints. Variables become input, param or aux by the
-// slots they feed. Errors name the source and the node: "resnet.json: node 12 'conv0'
-// (Convolution): unknown attribute 'foo'". INT8 graphs are refused with one message
-// naming the first unsupported op.
+// slots they feed. Node i of the file is node i of the graph, except in pre-0.9 files, which
+// omit auxiliary-state inputs: as MXNet's loader does, a variable "<node>_<slot>" is added
+// for each, just before its consumer. Errors name the source and the node: "resnet.json:
+// node 12 'conv0' (Convolution): unknown attribute 'foo'". INT8 graphs are refused with one
+// message naming the first unsupported op.
 Graph import_mxnet_json(std::string_view json_text, std::string_view source_name,
                         const MxnetImportOptions& opts = {});
 Graph load_mxnet_json_file(const std::string& path, const MxnetImportOptions& opts = {});

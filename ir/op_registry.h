@@ -95,6 +95,12 @@ struct OpDef {
 
   bool fusable = false;
   ScalarRecipe recipe;  // elementwise ops: the one definition of the op's math
+  // Elementwise ops with an input that does not broadcast numpy-style (right-aligned) to
+  // the output: the shape to view input `i` as (same element count) before broadcasting.
+  // PReLU's gamma (C,) becomes [1,C,1,1] for an NCHW output; legacy `where`'s 1-D condition
+  // (N,) becomes [N,1,...]. Unset, or returning `in`: plain numpy broadcasting. Whoever
+  // evaluates or fuses a recipe must apply it (eval_scalar_program does not know the op).
+  std::function<Shape(const Attrs&, size_t i, const Shape& in, const Shape& out)> broadcast_view;
 
   int input_count(const Attrs& a) const;
   // Slot i; slots past the declared ones repeat the last (variadic ops).

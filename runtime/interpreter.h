@@ -7,6 +7,7 @@
 #pragma once
 
 #include "ir/graph.h"
+#include "ir/scalar_program.h"
 #include "runtime/tensor.h"
 
 #include <map>
@@ -33,6 +34,7 @@ std::vector<Tensor> eval_scalar_program(const ir::ScalarProgram& p,
 // Seeded random values for every variable of `g` not in `given`: floats uniform in
 // [-1, 1) scaled by 1/sqrt(fan-in) for params, [0.5, 1.5) for BatchNorm variances,
 // integers (token ids) in [0, the consuming op's limit). Deterministic for a seed.
+// The result holds `given` too, ready for interpret(). Generator and rules: random_bindings.cpp.
 Bindings random_bindings(const ir::Graph& g, uint64_t seed, const Bindings& given = {});
 
 }  // namespace ampfuse::runtime

@@ -73,7 +73,7 @@ void Tensor::set_f64(int64_t i, double v) {
     case DType::u8: data<uint8_t>()[i] = saturate<uint8_t>(v); break;
     case DType::i32: data<int32_t>()[i] = saturate<int32_t>(v); break;
     case DType::i64: data<int64_t>()[i] = saturate<int64_t>(v); break;
-    case DType::boolean: data<uint8_t>()[i] = (v != 0 && !std::isnan(v)) ? 1 : 0; break;
+    case DType::boolean: data<uint8_t>()[i] = v != 0 ? 1 : 0; break;  // NaN != 0: true
   }
 }
 

@@ -1,1 +1,49 @@
-int main() { return 0; }
+// The ampfuse command line: parses, dispatches to a subcommand, and turns every failure
+// into one "ampfuse: error: ..." line and exit status 1 (a user never sees a stack trace).
+#include "ir/error.h"
+#include "tools/commands.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <exception>
+#include <vector>
+
+namespace {
+
+int report_error(const char* message) {
+  std::fflush(stdout);
+  std::fprintf(stderr, "ampfuse: error: %s\n", message);
+  return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"ampfuse: a JIT fusion engine for mixed-precision deep-learning graphs (MXNet compatible).\n"
+               "Inspects and runs MXNet *-symbol.json models on the reference interpreter.",
+               "ampfuse"};
+  app.require_subcommand(1);
+  app.footer("Run 'ampfuse COMMAND --help' for the options of a command.\n"
+             "Exit status: 0 on success, 1 on any error (printed as 'ampfuse: error: ...'),\n"
+             "2 from 'info --json' when output shapes could not be inferred.");
+  std::vector<ampfuse::tools::Command> commands = {ampfuse::tools::add_info_command(app),
+                                                   ampfuse::tools::add_run_command(app)};
+  try {
+    // CLI11 would only say "a subcommand is required" for a misspelt one.
+    if (argc > 1 && argv[1][0] != '-' &&
+        std::none_of(commands.begin(), commands.end(), [&](const auto& c) { return c.app->check_name(argv[1]); }))
+      return report_error(fmt::format("unknown command '{}' (commands: info, run)", argv[1]).c_str());
+    app.parse(argc, argv);
+    for (const auto& c : commands)
+      if (c.app->parsed()) return c.run();
+    return report_error("no command given (try 'ampfuse --help')");
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) return app.exit(e);  // --help
+    return report_error(fmt::format("{} (try 'ampfuse --help')", e.what()).c_str());
+  } catch (const ampfuse::Error& e) {
+    return report_error(e.what());
+  } catch (const std::exception& e) {
+    // Not expected (allocation failure, a filesystem error): still one line, not an abort.
+    return report_error(e.what());
+  }
+}

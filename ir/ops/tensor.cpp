@@ -1,7 +1,372 @@
+// Tensor ops: views (Reshape...), data movement (transpose, slices, Concat, broadcasts),
+// reductions, constant sources and the AMP helpers all_finite / amp_multicast. MXNet 1.x
+// names, attributes and defaults; the shape rules live in ir/ops/tensor_shapes.h so that
+// the reference kernels read attributes the same way.
+#include "ir/error.h"
 #include "ir/op_registry.h"
+#include "ir/ops/op_helpers.h"
+#include "ir/ops/tensor_shapes.h"
+
+#include <algorithm>
 
 namespace ampfuse::ir {
 
-void register_tensor_ops(OpRegistry& r) {}
+namespace {
+
+AttrSpec required(std::string name, AttrKind kind) { return {std::move(name), kind, std::nullopt, {}}; }
+AttrSpec with_default(std::string name, AttrKind kind, AttrValue v) { return {std::move(name), kind, std::move(v), {}}; }
+AttrSpec none_default(std::string name, AttrKind kind) { return {std::move(name), kind, std::monostate{}, {}}; }
+AttrValue no_ints() { return std::vector<int64_t>{}; }
+
+OpDef make_op(std::string name, OpKind kind, AmpClass amp, bool fusable) {
+  OpDef d;
+  d.name = std::move(name);
+  d.kind = kind;
+  d.amp_bf16 = d.amp_fp16 = amp;
+  d.fusable = fusable;
+  d.inputs = {{"data"}};
+  return d;
+}
+
+// MXNet registers some ops under a second name (flatten, concat, split...): the same
+// definition is registered under each.
+void add(OpRegistry& r, OpDef def, const std::vector<const char*>& aliases = {}) {
+  for (const char* alias : aliases) {
+    OpDef copy = def;
+    copy.name = alias;
+    r.add(std::move(copy));
+  }
+  r.add(std::move(def));
+}
+
+// A count attribute (num_args, num_outputs...) that sizes the inputs or outputs. The upper
+// bound keeps a typo from sizing vectors of billions of slots.
+std::function<int(const Attrs&)> count_from(std::string attr) {
+  return [attr](const Attrs& a) {
+    const int64_t n = a.get_int(attr);
+    if (n < 1 || n > 1'000'000) fail("attribute '{}' must be between 1 and 1000000, not {}", attr, n);
+    return static_cast<int>(n);
+  };
+}
+
+// Inference of a single-input op whose output has the input's dtype and a shape computed
+// from the input's.
+InferFn keep_dtype(std::function<Shape(const Shape&, const Attrs&)> shape_fn) {
+  return [shape_fn](InferContext& ctx) {
+    const TensorType& in = ctx.in(0);
+    ctx.outputs[0] = TensorType{in.dtype, shape_fn(in.shape, ctx.attrs)};
+  };
+}
+
+// Concat and stack do not promote: AMP (a widest-class op) casts their inputs first.
+DType require_one_dtype(const InferContext& ctx) {
+  static const std::vector<InputSlot> slots = {{"data"}};
+  return require_same_dtype(ctx, slots, all_inputs(ctx));
+}
+
+// ---- views ---------------------------------------------------------------------------
+
+void register_views(OpRegistry& r) {
+  OpDef reshape = make_op("Reshape", OpKind::view, AmpClass::neutral, true);
+  reshape.attrs = {with_default("shape", AttrKind::IntList, no_ints()), with_default("reverse", AttrKind::Bool, false),
+                   with_default("target_shape", AttrKind::IntList, no_ints()),
+                   with_default("keep_highest", AttrKind::Bool, false)};
+  reshape.infer = keep_dtype([](const Shape& in, const Attrs& a) {
+    // The pre-1.0 spelling: rare in exported graphs, and MXNet itself deprecates it.
+    if (!a.get_ints("target_shape").empty() || a.get_bool("keep_highest"))
+      fail("the legacy attributes 'target_shape' / 'keep_highest' are not supported: use 'shape'");
+    return reshape_output_shape(in, a.get_ints("shape"), a.get_bool("reverse"));
+  });
+  add(r, reshape, {"reshape"});
+
+  OpDef flatten = make_op("Flatten", OpKind::view, AmpClass::neutral, true);
+  flatten.infer = keep_dtype([](const Shape& in, const Attrs&) {
+    if (in.empty()) fail("cannot flatten a 0-d input");
+    return Shape{in[0], num_elements(Shape(in.begin() + 1, in.end()))};
+  });
+  add(r, flatten, {"flatten"});
+
+  OpDef expand = make_op("expand_dims", OpKind::view, AmpClass::neutral, true);
+  expand.attrs = {required("axis", AttrKind::Int)};
+  expand.infer = keep_dtype([](const Shape& in, const Attrs& a) {
+    Shape out = in;
+    out.insert(out.begin() + resolve_insert_axis(a.get_int("axis"), in, "axis"), 1);
+    return out;
+  });
+  add(r, expand);
+
+  OpDef squeeze = make_op("squeeze", OpKind::view, AmpClass::neutral, true);
+  squeeze.attrs = {none_default("axis", AttrKind::IntList)};
+  squeeze.infer = keep_dtype([](const Shape& in, const Attrs& a) {
+    std::vector<bool> drop(in.size(), false);
+    if (a.is_none("axis")) {
+      for (size_t d = 0; d < in.size(); ++d) drop[d] = in[d] == 1;
+    } else {
+      for (int64_t axis : a.get_ints("axis")) {
+        const int64_t d = resolve_axis(axis, in, "axis");
+        if (in[d] != 1) fail("cannot squeeze dim {} of input {}: its extent is {}, not 1", d, shape_str(in), in[d]);
+        if (drop[d]) fail("axis={} names dim {} twice", format_mxnet_attr(a.get("axis")), d);
+        drop[d] = true;
+      }
+    }
+    Shape out;
+    for (size_t d = 0; d < in.size(); ++d)
+      if (!drop[d]) out.push_back(in[d]);
+    if (out.empty()) out = {1};  // MXNet 1.x has no 0-d arrays
+    return out;
+  });
+  add(r, squeeze);
+}
+
+// ---- data movement -------------------------------------------------------------------
+
+void register_permutes(OpRegistry& r) {
+  OpDef transpose = make_op("transpose", OpKind::data_movement, AmpClass::neutral, true);
+  transpose.attrs = {with_default("axes", AttrKind::IntList, no_ints())};
+  transpose.infer = keep_dtype([](const Shape& in, const Attrs& a) {
+    Shape out;
+    for (int64_t d : transpose_permutation(in, a.get_ints("axes"))) out.push_back(in[d]);
+    return out;
+  });
+  add(r, transpose);
+
+  OpDef swap = make_op("SwapAxis", OpKind::data_movement, AmpClass::neutral, true);
+  swap.attrs = {with_default("dim1", AttrKind::Int, int64_t{0}), with_default("dim2", AttrKind::Int, int64_t{0})};
+  swap.infer = keep_dtype([](const Shape& in, const Attrs& a) {
+    Shape out = in;
+    std::swap(out[resolve_axis(a.get_int("dim1"), in, "dim1")], out[resolve_axis(a.get_int("dim2"), in, "dim2")]);
+    return out;
+  });
+  add(r, swap, {"swapaxes"});
+}
+
+void register_joins_and_splits(OpRegistry& r) {
+  OpDef concat = make_op("Concat", OpKind::data_movement, AmpClass::widest, false);
+  concat.attrs = {required("num_args", AttrKind::Int), with_default("dim", AttrKind::Int, int64_t{1})};
+  concat.num_inputs = count_from("num_args");
+  concat.infer = [](InferContext& ctx) {
+    const DType dtype = require_one_dtype(ctx);
+    const Shape& first = ctx.in(0).shape;
+    const int64_t axis = resolve_axis(ctx.attrs.get_int("dim"), first, "dim");
+    Shape out = first;
+    for (size_t i = 1; i < ctx.inputs.size(); ++i) {
+      const Shape& s = ctx.in(i).shape;
+      Shape masked = s;
+      if (s.size() == first.size()) masked[axis] = first[axis];
+      if (masked != first)
+        fail("input {} has shape {} but input 0 has {}: only dim {} may differ", i, shape_str(s), shape_str(first), axis);
+      out[axis] += s[axis];
+    }
+    ctx.outputs[0] = TensorType{dtype, out};
+  };
+  add(r, concat, {"concat"});
+
+  OpDef stack = make_op("stack", OpKind::data_movement, AmpClass::widest, false);
+  stack.attrs = {required("num_args", AttrKind::Int), with_default("axis", AttrKind::Int, int64_t{0})};
+  stack.num_inputs = count_from("num_args");
+  stack.infer = [](InferContext& ctx) {
+    const DType dtype = require_one_dtype(ctx);
+    const Shape& first = ctx.in(0).shape;
+    for (size_t i = 1; i < ctx.inputs.size(); ++i)
+      if (ctx.in(i).shape != first)
+        fail("input {} has shape {} but input 0 has {}: stack needs one shape", i, shape_str(ctx.in(i).shape),
+             shape_str(first));
+    Shape out = first;
+    out.insert(out.begin() + resolve_insert_axis(ctx.attrs.get_int("axis"), first, "axis"),
+               static_cast<int64_t>(ctx.inputs.size()));
+    ctx.outputs[0] = TensorType{dtype, out};
+  };
+  add(r, stack);
+
+  OpDef split = make_op("SliceChannel", OpKind::data_movement, AmpClass::neutral, false);
+  split.attrs = {required("num_outputs", AttrKind::Int), with_default("axis", AttrKind::Int, int64_t{1}),
+                 with_default("squeeze_axis", AttrKind::Bool, false)};
+  split.num_outputs = count_from("num_outputs");
+  split.infer = [](InferContext& ctx) {
+    const TensorType& in = ctx.in(0);
+    const int64_t n = static_cast<int64_t>(ctx.outputs.size());
+    const int64_t axis = resolve_axis(ctx.attrs.get_int("axis"), in.shape, "axis");
+    if (in.shape[axis] % n != 0)
+      fail("cannot split dim {} (extent {}) of input {} into num_outputs={} equal parts", axis, in.shape[axis],
+           shape_str(in.shape), n);
+    Shape out = in.shape;
+    out[axis] /= n;
+    if (ctx.attrs.get_bool("squeeze_axis")) {
+      if (in.shape[axis] != n)
+        fail("squeeze_axis=True needs dim {} of input {} to equal num_outputs={}", axis, shape_str(in.shape), n);
+      out.erase(out.begin() + axis);
+      if (out.empty()) out = {1};  // MXNet 1.x has no 0-d arrays
+    }
+    for (auto& o : ctx.outputs) o = TensorType{in.dtype, out};
+  };
+  add(r, split, {"split"});
+}
+
+void register_slices(OpRegistry& r) {
+  OpDef slice = make_op("slice", OpKind::data_movement, AmpClass::neutral, true);
+  slice.attrs = {required("begin", AttrKind::IntList), required("end", AttrKind::IntList),
+                 with_default("step", AttrKind::IntList, no_ints())};
+  slice.infer = keep_dtype([](const Shape& in, const Attrs& a) { return slice_output_shape(slice_dims(in, a)); });
+  add(r, slice, {"crop"});
+
+  OpDef slice_axis = make_op("slice_axis", OpKind::data_movement, AmpClass::neutral, true);
+  // MXNet requires `end` but accepts None there; absent is read as None too.
+  slice_axis.attrs = {required("axis", AttrKind::Int), required("begin", AttrKind::Int),
+                      none_default("end", AttrKind::Int)};
+  slice_axis.infer =
+      keep_dtype([](const Shape& in, const Attrs& a) { return slice_output_shape(slice_axis_dims(in, a)); });
+  add(r, slice_axis);
+
+  OpDef slice_like = make_op("slice_like", OpKind::data_movement, AmpClass::neutral, true);
+  slice_like.inputs = {{"data"}, {"shape_like"}};
+  slice_like.attrs = {with_default("axes", AttrKind::IntList, no_ints())};
+  // Only the shape of shape_like matters, so its dtype may differ from data's.
+  slice_like.infer = [](InferContext& ctx) {
+    const TensorType& in = ctx.in(0);
+    ctx.outputs[0] = TensorType{in.dtype, slice_output_shape(slice_like_dims(in.shape, ctx.in(1).shape, ctx.attrs))};
+  };
+  add(r, slice_like);
+}
+
+void register_broadcasts(OpRegistry& r) {
+  OpDef to = make_op("broadcast_to", OpKind::data_movement, AmpClass::neutral, true);
+  to.attrs = {with_default("shape", AttrKind::IntList, no_ints())};
+  to.infer = keep_dtype(broadcast_to_shape);
+  add(r, to);
+
+  OpDef axis = make_op("broadcast_axis", OpKind::data_movement, AmpClass::neutral, true);
+  axis.attrs = {with_default("axis", AttrKind::IntList, no_ints()), with_default("size", AttrKind::IntList, no_ints())};
+  axis.infer = keep_dtype(broadcast_axis_shape);
+  add(r, axis, {"broadcast_axes"});
+
+  OpDef like = make_op("broadcast_like", OpKind::data_movement, AmpClass::neutral, true);
+  like.inputs = {{"lhs"}, {"rhs"}};
+  like.attrs = {none_default("lhs_axes", AttrKind::IntList), none_default("rhs_axes", AttrKind::IntList)};
+  // rhs only lends its shape; the output has lhs's dtype.
+  like.infer = [](InferContext& ctx) {
+    const TensorType& lhs = ctx.in(0);
+    ctx.outputs[0] = TensorType{lhs.dtype, broadcast_like_shape(lhs.shape, ctx.in(1).shape, ctx.attrs)};
+  };
+  add(r, like);
+}
+
+// ---- reductions ------------------------------------------------------------------------
+
+void register_reductions(OpRegistry& r) {
+  struct Reduction {
+    const char* name;
+    AmpClass amp;
+    std::vector<const char*> aliases;
+  };
+  // sum, mean and prod overflow in 16 bits, so MXNet's AMP lists run them in fp32;
+  // max and min pick an element and are exact in any type.
+  const Reduction reductions[] = {{"sum", AmpClass::fp32, {"sum_axis"}},
+                                  {"mean", AmpClass::fp32, {}},
+                                  {"prod", AmpClass::fp32, {}},
+                                  {"max", AmpClass::neutral, {"max_axis"}},
+                                  {"min", AmpClass::neutral, {"min_axis"}}};
+  for (const Reduction& red : reductions) {
+    OpDef d = make_op(red.name, OpKind::reduction, red.amp, false);
+    d.attrs = {none_default("axis", AttrKind::IntList), with_default("keepdims", AttrKind::Bool, false),
+               with_default("exclude", AttrKind::Bool, false)};
+    d.infer = keep_dtype([](const Shape& in, const Attrs& a) { return reduce_plan(in, a).out; });
+    add(r, d, red.aliases);
+  }
+
+  // The loss-scaling overflow check. init_output=False in MXNet ANDs into the previous
+  // contents of the output array; a graph value has none, so both settings start from 1.
+  OpDef all_finite = make_op("all_finite", OpKind::reduction, AmpClass::neutral, false);
+  all_finite.attrs = {with_default("init_output", AttrKind::Bool, true)};
+  all_finite.infer = [](InferContext& ctx) {
+    ctx.in(0);  // throws if the input is unknown
+    ctx.outputs[0] = TensorType{DType::f32, {1}};
+  };
+  add(r, all_finite);
+
+  OpDef multi = make_op("multi_all_finite", OpKind::reduction, AmpClass::neutral, false);
+  multi.attrs = {with_default("num_arrays", AttrKind::Int, int64_t{1}), with_default("init_output", AttrKind::Bool, true)};
+  multi.num_inputs = count_from("num_arrays");
+  multi.infer = [](InferContext& ctx) {
+    for (size_t i = 0; i < ctx.inputs.size(); ++i) ctx.in(i);
+    ctx.outputs[0] = TensorType{DType::f32, {1}};
+  };
+  add(r, multi);
+}
+
+// ---- sources -----------------------------------------------------------------------------
+
+void register_sources(OpRegistry& r) {
+  for (const char* name : {"_zeros", "_ones", "_full"}) {
+    OpDef d = make_op(name, OpKind::source, AmpClass::neutral, false);
+    d.inputs = {};
+    d.attrs = {with_default("shape", AttrKind::IntList, no_ints()), with_default("dtype", AttrKind::DType, DType::f32)};
+    if (std::string_view(name) == "_full") d.attrs.push_back(required("value", AttrKind::Float));
+    d.ignored_attrs = {"ctx"};
+    // Legacy graphs (e.g. an RNN's begin state, shape=(2, 0, 200)) write 0 for "decided by
+    // the consumer", and () for an unknown shape. The output stays unknown then; type
+    // inference lets the consumer fill it in (ir/type_inference.cpp).
+    d.infer = [](InferContext& ctx) {
+      const auto& shape = ctx.attrs.get_ints("shape");
+      for (int64_t e : shape)
+        if (e < 0) fail("shape={} has a negative extent", format_mxnet_attr(shape));
+      if (shape.empty() || std::find(shape.begin(), shape.end(), 0) != shape.end()) return;
+      ctx.outputs[0] = TensorType{ctx.attrs.get_dtype("dtype"), shape};
+    };
+    add(r, d);
+  }
+}
+
+// ---- AMP casts ---------------------------------------------------------------------------
+
+// The common type of amp_multicast: the widest AMP float type among the inputs (f32 if any
+// is f32), or with cast_narrow the narrowest. f16 and bf16 are equally narrow, so a choice
+// between only those two is ambiguous and rejected.
+DType multicast_target(const InferContext& ctx, bool narrow) {
+  bool f32 = false, f16 = false, bf16 = false;
+  for (size_t i = 0; i < ctx.inputs.size(); ++i) {
+    const DType t = ctx.in(i).dtype;
+    if (!is_float(t)) fail("input {} is {}; amp_multicast takes float inputs only", i, dtype_name(t));
+    f32 = f32 || t == DType::f32;
+    f16 = f16 || t == DType::f16;
+    bf16 = bf16 || t == DType::bf16;
+  }
+  const bool both_low = f16 && bf16;
+  if (narrow ? both_low : (both_low && !f32))
+    fail("inputs mix f16 and bf16, so amp_multicast{} has no single {} type", narrow ? " cast_narrow=True" : "",
+         narrow ? "narrowest" : "widest");
+  if (narrow) return f16 ? DType::f16 : bf16 ? DType::bf16 : DType::f32;
+  return f32 ? DType::f32 : f16 ? DType::f16 : bf16 ? DType::bf16 : DType::f32;
+}
+
+void register_amp_multicast(OpRegistry& r) {
+  // No scalar recipe: its outputs have their own inputs' shapes, unlike an elementwise op.
+  // Output i is input i rounded to the common type; the planner treats each pair as a cast.
+  OpDef d = make_op("amp_multicast", OpKind::data_movement, AmpClass::neutral, true);
+  d.attrs = {required("num_outputs", AttrKind::Int), with_default("cast_narrow", AttrKind::Bool, false)};
+  d.num_inputs = count_from("num_outputs");
+  d.num_outputs = count_from("num_outputs");
+  d.infer = [](InferContext& ctx) {
+    const DType target = multicast_target(ctx, ctx.attrs.get_bool("cast_narrow"));
+    for (size_t i = 0; i < ctx.inputs.size(); ++i) {
+      // As MXNet: f64 is no AMP type and passes through unchanged.
+      const DType t = ctx.in(i).dtype == DType::f64 ? DType::f64 : target;
+      ctx.outputs[i] = TensorType{t, ctx.in(i).shape};
+    }
+  };
+  add(r, d);
+}
+
+}  // namespace
+
+void register_tensor_ops(OpRegistry& r) {
+  register_views(r);
+  register_permutes(r);
+  register_joins_and_splits(r);
+  register_slices(r);
+  register_broadcasts(r);
+  register_reductions(r);
+  register_sources(r);
+  register_amp_multicast(r);
+}
 
 }  // namespace ampfuse::ir

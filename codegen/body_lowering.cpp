@@ -1,0 +1,84 @@
+#include "codegen/body_lowering.h"
+
+#include "codegen/dtype_lowering.h"
+#include "codegen/float_ops.h"
+#include "codegen/vector_math.h"
+#include "ir/error.h"
+
+namespace ampfuse::codegen {
+
+namespace {
+
+using ir::ScalarOp;
+using llvm::Value;
+
+Value* from_bool(const FloatOps& f, Value* cond) { return f.sel(cond, f.c(1), f.c(0)); }
+
+// NaN-propagating, in the reference evaluator's form so that even NaN payloads and the
+// sign of max(-0, +0) agree: a if it wins the compare, else a if it is NaN, else b.
+Value* nan_max_min(const FloatOps& f, Value* a, Value* b, bool is_max) {
+  return f.sel(is_max ? f.gt(a, b) : f.lt(a, b), a, f.sel(f.is_nan(a), a, b));
+}
+
+Value* lower_instr(const FloatOps& f, const ir::ScalarInstr& s, Value* a, Value* b, Value* c) {
+  switch (s.op) {
+    case ScalarOp::neg: return f.neg(a);
+    case ScalarOp::abs: return f.fabs(a);
+    // a + 0 turns -0 into +0 and keeps NaN.
+    case ScalarOp::sign: return f.sel(f.gt(a, f.c(0)), f.c(1), f.sel(f.lt(a, f.c(0)), f.c(-1), f.add(a, f.c(0))));
+    case ScalarOp::sqrt: return f.sqrt(a);
+    case ScalarOp::rsqrt: return f.div(f.c(1), f.sqrt(a));
+    case ScalarOp::floor: return f.floor(a);
+    case ScalarOp::ceil: return f.ceil(a);
+    case ScalarOp::trunc: return f.trunc(a);
+    case ScalarOp::isfinite: return from_bool(f, f.is_finite(a));
+    case ScalarOp::round_to: return round_in_compute(f.b, a, s.dtype);
+    case ScalarOp::add: return f.add(a, b);
+    case ScalarOp::sub: return f.sub(a, b);
+    case ScalarOp::mul: return f.mul(a, b);
+    case ScalarOp::div: return f.div(a, b);
+    case ScalarOp::max: return nan_max_min(f, a, b, true);
+    case ScalarOp::min: return nan_max_min(f, a, b, false);
+    case ScalarOp::eq: return from_bool(f, f.eq(a, b));
+    case ScalarOp::ne: return from_bool(f, f.ne(a, b));
+    case ScalarOp::lt: return from_bool(f, f.lt(a, b));
+    case ScalarOp::le: return from_bool(f, f.le(a, b));
+    case ScalarOp::gt: return from_bool(f, f.gt(a, b));
+    case ScalarOp::ge: return from_bool(f, f.ge(a, b));
+    case ScalarOp::select: return f.sel(f.ne(a, f.c(0)), b, c);
+    case ScalarOp::exp:
+    case ScalarOp::log:
+    case ScalarOp::log1p:
+    case ScalarOp::expm1:
+    case ScalarOp::tanh:
+    case ScalarOp::erf: return emit_transcendental(f.b, s.op, {a});
+    case ScalarOp::pow: return emit_transcendental(f.b, s.op, {a, b});
+    case ScalarOp::input:
+    case ScalarOp::constant: break;
+  }
+  fail("internal error: cannot lower scalar op {}", ir::scalar_op_name(s.op));
+}
+
+}  // namespace
+
+std::vector<Value*> lower_scalar_program(llvm::IRBuilder<>& b, const ir::ScalarProgram& p,
+                                         llvm::ArrayRef<Value*> inputs, llvm::Type* compute) {
+  FloatOps f(b, compute);
+  std::vector<Value*> values;
+  values.reserve(p.instrs.size());
+  for (const ir::ScalarInstr& s : p.instrs) {
+    if (s.op == ScalarOp::input) {
+      values.push_back(inputs[static_cast<size_t>(s.index)]);
+    } else if (s.op == ScalarOp::constant) {
+      values.push_back(f.c(s.value));  // ConstantFP rounds the double to nearest, as a C++ cast does
+    } else {
+      auto operand = [&](int32_t i) { return i >= 0 ? values[static_cast<size_t>(i)] : nullptr; };
+      values.push_back(lower_instr(f, s, operand(s.a), operand(s.b), operand(s.c)));
+    }
+  }
+  std::vector<Value*> results;
+  for (int32_t r : p.results) results.push_back(values[static_cast<size_t>(r)]);
+  return results;
+}
+
+}  // namespace ampfuse::codegen

@@ -1,0 +1,246 @@
+#include "codegen/kernel_spec.h"
+
+#include "ir/error.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <limits>
+
+namespace ampfuse::codegen {
+
+namespace {
+
+constexpr int64_t kInt32Limit = int64_t{1} << 31;
+
+std::string operand_label(const KernelSpec& spec, int k) {
+  const int n_in = static_cast<int>(spec.inputs.size());
+  const OperandSpec& o = k < n_in ? spec.inputs[k] : spec.outputs[k - n_in];
+  return fmt::format("{} {} '{}'", k < n_in ? "input" : "output", k < n_in ? k : k - n_in, o.name);
+}
+
+void validate_operand(const KernelSpec& spec, const OperandSpec& o, int k, bool is_output) {
+  if (o.strides.size() != spec.shape.size())
+    fail("kernel '{}': {} has {} strides for rank {}", spec.name, operand_label(spec, k), o.strides.size(),
+         spec.shape.size());
+  for (size_t d = 0; d < o.strides.size(); ++d) {
+    if (o.strides[d] < 0)
+      fail("kernel '{}': {} has negative stride {} in dimension {}", spec.name, operand_label(spec, k), o.strides[d],
+           d);
+    // Two iterations writing one element would race between threads and make the result
+    // depend on the split.
+    if (is_output && o.strides[d] == 0 && spec.shape[d] > 1)
+      fail("kernel '{}': {} broadcasts (stride 0) along dimension {} of extent {}", spec.name,
+           operand_label(spec, k), d, spec.shape[d]);
+  }
+}
+
+void validate_body(const KernelSpec& spec) {
+  const ir::ScalarProgram& p = spec.body;
+  const int expected_inputs = static_cast<int>(spec.inputs.size()) + spec.num_params;
+  if (p.num_inputs != expected_inputs)
+    fail("kernel '{}': the body reads {} inputs but the kernel has {} operands and {} parameters", spec.name,
+         p.num_inputs, spec.inputs.size(), spec.num_params);
+  if (p.results.size() != spec.outputs.size())
+    fail("kernel '{}': the body has {} results for {} outputs", spec.name, p.results.size(), spec.outputs.size());
+  for (size_t i = 0; i < p.instrs.size(); ++i) {
+    const ir::ScalarInstr& s = p.instrs[i];
+    const int arity = ir::scalar_op_arity(s.op);
+    const int32_t operands[] = {s.a, s.b, s.c};
+    for (int j = 0; j < arity; ++j)
+      if (operands[j] < 0 || operands[j] >= static_cast<int32_t>(i))
+        fail("kernel '{}': body instruction %{} ({}) uses %{}, which is not defined before it", spec.name, i,
+             ir::scalar_op_name(s.op), operands[j]);
+    if (s.op == ir::ScalarOp::input && (s.index < 0 || s.index >= p.num_inputs))
+      fail("kernel '{}': body instruction %{} reads input {} of {}", spec.name, i, s.index, p.num_inputs);
+  }
+  for (int32_t r : p.results)
+    if (r < 0 || static_cast<size_t>(r) >= p.instrs.size())
+      fail("kernel '{}': body result %{} is not defined", spec.name, r);
+}
+
+Layout classify(const std::vector<int64_t>& shape, const std::vector<int64_t>& strides) {
+  bool all_zero = true, row_major = true;
+  int64_t expected = 1;
+  for (size_t d = shape.size(); d-- > 0;) {
+    if (shape[d] == 1) continue;
+    if (strides[d] != 0) all_zero = false;
+    if (strides[d] != expected) row_major = false;
+    expected *= shape[d];
+  }
+  if (all_zero && !row_major) return Layout::scalar;
+  return row_major ? Layout::contiguous : Layout::strided;
+}
+
+StrideClass stride_class(int64_t extent, int64_t stride) {
+  if (extent == 1 || stride == 0) return StrideClass::zero;
+  return stride == 1 ? StrideClass::unit : StrideClass::general;
+}
+
+// The largest element offset an operand can reach: sum over d of (extent-1) * stride.
+int64_t max_offset(const std::vector<int64_t>& shape, const std::vector<int64_t>& strides) {
+  int64_t total = 0;
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (shape[d] == 0) return 0;
+    int64_t term = 0;
+    if (__builtin_mul_overflow(shape[d] - 1, strides[d], &term) || __builtin_add_overflow(total, term, &total))
+      return std::numeric_limits<int64_t>::max();
+  }
+  return total;
+}
+
+char layout_char(Layout l) {
+  switch (l) {
+    case Layout::contiguous: return 'c';
+    case Layout::scalar: return 's';
+    case Layout::strided: return 'g';
+  }
+  return '?';
+}
+
+char stride_char(StrideClass s) {
+  switch (s) {
+    case StrideClass::zero: return '0';
+    case StrideClass::unit: return '1';
+    case StrideClass::general: return 'n';
+  }
+  return '?';
+}
+
+std::string operand_key(const OperandSignature& o) {
+  std::string s = fmt::format("{}:{}", ir::dtype_name(o.dtype), layout_char(o.layout));
+  for (StrideClass c : o.strides) s += stride_char(c);
+  return s;
+}
+
+// Exact and compact: constants print as hex floats so that no two differ in the key only
+// by a rounding of their decimal form.
+std::string body_key(const ir::ScalarProgram& p) {
+  std::string s;
+  for (const ir::ScalarInstr& i : p.instrs) {
+    s += ir::scalar_op_name(i.op);
+    switch (i.op) {
+      case ir::ScalarOp::input: s += fmt::format(" {}", i.index); break;
+      case ir::ScalarOp::constant: s += fmt::format(" {:a}", i.value); break;
+      case ir::ScalarOp::round_to: s += fmt::format(" {} {}", i.a, ir::dtype_name(i.dtype)); break;
+      default: {
+        const int n = ir::scalar_op_arity(i.op);
+        s += fmt::format(" {}", i.a);
+        if (n > 1) s += fmt::format(",{}", i.b);
+        if (n > 2) s += fmt::format(",{}", i.c);
+      }
+    }
+    s += ';';
+  }
+  return s + fmt::format("=>{}", fmt::join(p.results, ","));
+}
+
+std::string layout_name(Layout l) {
+  switch (l) {
+    case Layout::contiguous: return "contiguous";
+    case Layout::scalar: return "scalar";
+    case Layout::strided: return "strided";
+  }
+  return "?";
+}
+
+}  // namespace
+
+int64_t KernelSpec::num_elements() const { return ir::num_elements(shape); }
+
+void KernelSpec::validate() const {
+  if (shape.size() > static_cast<size_t>(kMaxRank))
+    fail("kernel '{}': rank {} exceeds the maximum of {}", name, shape.size(), kMaxRank);
+  with_context(fmt::format("kernel '{}'", name), [&] { return ir::num_elements(shape); });
+  if (compute != ir::DType::f32 && compute != ir::DType::f64)
+    fail("kernel '{}': compute type {} is not f32 or f64", name, ir::dtype_name(compute));
+  if (num_params < 0) fail("kernel '{}': negative parameter count {}", name, num_params);
+  if (outputs.empty() && flags.empty()) fail("kernel '{}' has neither outputs nor flags", name);
+  const int n_in = static_cast<int>(inputs.size());
+  for (int k = 0; k < n_in; ++k) validate_operand(*this, inputs[k], k, false);
+  for (size_t k = 0; k < outputs.size(); ++k) validate_operand(*this, outputs[k], n_in + static_cast<int>(k), true);
+  const int n_operands = n_in + static_cast<int>(outputs.size());
+  for (const FlagSpec& f : flags) {
+    if (f.operands.empty()) fail("kernel '{}': flag '{}' covers no operand", name, f.name);
+    for (int k : f.operands)
+      if (k < 0 || k >= n_operands)
+        fail("kernel '{}': flag '{}' names operand {} of {}", name, f.name, k, n_operands);
+  }
+  validate_body(*this);
+}
+
+std::string KernelSpec::cache_key() const { return signature(*this).key(); }
+
+ir::DType default_compute_type(const std::vector<ir::DType>& operand_dtypes) {
+  for (ir::DType t : operand_dtypes)
+    if (t == ir::DType::f64 || !ir::is_float(t)) return ir::DType::f64;
+  return ir::DType::f32;
+}
+
+std::vector<int64_t> row_major_strides(const std::vector<int64_t>& shape) {
+  std::vector<int64_t> strides(shape.size());
+  int64_t s = 1;
+  for (size_t d = shape.size(); d-- > 0;) {
+    strides[d] = s;
+    s *= shape[d];
+  }
+  return strides;
+}
+
+KernelSignature signature(const KernelSpec& spec) {
+  spec.validate();
+  KernelSignature sig;
+  sig.num_params = spec.num_params;
+  sig.compute = spec.compute;
+  sig.body = spec.body;
+  for (const FlagSpec& f : spec.flags) sig.flags.push_back(f.operands);
+
+  bool any_strided = false;
+  int64_t reach = spec.num_elements();
+  auto describe = [&](const OperandSpec& o) {
+    OperandSignature s;
+    s.dtype = o.dtype;
+    s.layout = classify(spec.shape, o.strides);
+    if (s.layout == Layout::strided) {
+      any_strided = true;
+      for (size_t d = 0; d < spec.shape.size(); ++d) s.strides.push_back(stride_class(spec.shape[d], o.strides[d]));
+      reach = std::max(reach, max_offset(spec.shape, o.strides));
+    }
+    return s;
+  };
+  for (const OperandSpec& o : spec.inputs) sig.inputs.push_back(describe(o));
+  for (const OperandSpec& o : spec.outputs) sig.outputs.push_back(describe(o));
+  if (any_strided) {
+    sig.rank = static_cast<int>(spec.shape.size());
+    sig.wide_index = reach >= kInt32Limit;
+  }
+  return sig;
+}
+
+std::string KernelSignature::key() const {
+  std::vector<std::string> in, out, fl;
+  for (const OperandSignature& o : inputs) in.push_back(operand_key(o));
+  for (const OperandSignature& o : outputs) out.push_back(operand_key(o));
+  for (const std::vector<int>& f : flags) fl.push_back(fmt::format("{}", fmt::join(f, ",")));
+  return fmt::format("{}|r{}{}|p{}|in {}|out {}|flags {}|{}", ir::dtype_name(compute), rank, wide_index ? "w" : "",
+                     num_params, fmt::join(in, " "), fmt::join(out, " "), fmt::join(fl, ";"), body_key(body));
+}
+
+std::string print_kernel_spec(const KernelSpec& spec) {
+  const KernelSignature sig = signature(spec);
+  std::string s = fmt::format("kernel '{}' over {} ({} elements), compute {}, {} parameter(s), {} indexing\n",
+                              spec.name, ir::shape_str(spec.shape), spec.num_elements(),
+                              ir::dtype_name(spec.compute), spec.num_params,
+                              sig.flat() ? "flat" : (sig.wide_index ? "int64" : "int32"));
+  auto line = [&](const char* role, const OperandSpec& o, const OperandSignature& os) {
+    s += fmt::format("  {} '{}': {} strides [{}] {}\n", role, o.name, ir::dtype_name(o.dtype),
+                     fmt::join(o.strides, ","), layout_name(os.layout));
+  };
+  for (size_t k = 0; k < spec.inputs.size(); ++k) line("in ", spec.inputs[k], sig.inputs[k]);
+  for (size_t k = 0; k < spec.outputs.size(); ++k) line("out", spec.outputs[k], sig.outputs[k]);
+  for (const FlagSpec& f : spec.flags) s += fmt::format("  flag '{}': any non-finite over operands {}\n", f.name, fmt::join(f.operands, ", "));
+  s += ir::print_scalar_program(spec.body);
+  return s;
+}
+
+}  // namespace ampfuse::codegen

@@ -1,0 +1,107 @@
+// KernelSpec: one fused loop nest as the code generators see it, and its cache signature.
+//
+// A spec is concrete: it has the sizes and strides of one call. What the generated code
+// may depend on is only its KernelSignature (structure, dtypes, rank, which operands are
+// contiguous, broadcast or strided, index width); sizes and strides are run-time
+// arguments. The emitters take a signature, never a spec, so two specs with the same
+// cache_key() can share one compiled kernel by construction.
+#pragma once
+
+#include "ir/dtype.h"
+#include "ir/scalar_program.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace ampfuse::codegen {
+
+inline constexpr int kMaxRank = 8;
+
+// An input or output tensor of the kernel, addressed as
+// base[sum over d of index[d] * strides[d]] for the iteration index `index`.
+struct OperandSpec {
+  std::string name;  // for dumps and error messages
+  ir::DType dtype = ir::DType::f32;
+  // One per iteration dimension, in elements. 0 broadcasts along that dimension; a
+  // permutation of row-major strides reads a transposed tensor.
+  std::vector<int64_t> strides;
+};
+
+// "Any value is NaN or +-Inf" over the listed operands: for an input, every element the
+// kernel reads; for an output, every element it writes, as stored (after rounding, so an
+// f32 value that overflows f16 counts). The loss scaler's overflow check.
+struct FlagSpec {
+  std::string name;
+  std::vector<int> operands;  // 0..inputs-1: inputs; inputs..inputs+outputs-1: outputs
+};
+
+struct KernelSpec {
+  std::string name;            // for dumps and error messages
+  std::vector<int64_t> shape;  // the iteration space; rank 0 (one element) to kMaxRank
+  std::vector<OperandSpec> inputs;
+  std::vector<OperandSpec> outputs;
+  // Scalar run-time parameters (a loss scale, clip bounds): they change without a recompile.
+  int num_params = 0;
+  // f32 or f64: the type the body computes in (ir/scalar_program.h).
+  ir::DType compute = ir::DType::f32;
+  // The body. Its inputs are the input operands (loaded and widened to `compute`), then the
+  // parameters (rounded to `compute`); results[k] is stored to outputs[k], rounded to that
+  // output's dtype by the round_to rules of ir/scalar_program.h.
+  ir::ScalarProgram body;
+  std::vector<FlagSpec> flags;
+
+  int64_t num_elements() const;
+  // Throws ampfuse::Error naming the kernel and the operand, dimension or instruction at fault.
+  void validate() const;
+  // Structure without sizes: equal keys mean one compiled kernel serves both specs.
+  std::string cache_key() const;
+};
+
+// The compute type the reference evaluator (runtime/scalar_eval.cpp) uses for operands of
+// these dtypes: f64 when any is f64 or an integer or bool type, f32 otherwise.
+ir::DType default_compute_type(const std::vector<ir::DType>& operand_dtypes);
+
+// Row-major strides of a dense tensor of `shape`, in elements.
+std::vector<int64_t> row_major_strides(const std::vector<int64_t>& shape);
+
+// How an operand is addressed, as far as the generated code is concerned. Extent-1
+// dimensions are ignored (their stride never moves the address).
+enum class Layout : uint8_t {
+  contiguous,  // row-major over the iteration space: element i is base[i]
+  scalar,      // every stride is 0: one element broadcast everywhere
+  strided,     // anything else: walked with its per-dimension strides
+};
+
+// Per dimension of a strided operand: the generated code multiplies only by `general`
+// strides and can vectorize `unit` inner strides as plain loads and stores.
+enum class StrideClass : uint8_t { zero, unit, general };
+
+struct OperandSignature {
+  ir::DType dtype = ir::DType::f32;
+  Layout layout = Layout::contiguous;
+  std::vector<StrideClass> strides;  // rank entries when strided, else empty
+};
+
+// Everything the generated code depends on. Equal signatures give identical code.
+struct KernelSignature {
+  int rank = 0;  // 0 unless some operand is strided: flat loops do not care about rank
+  std::vector<OperandSignature> inputs, outputs;
+  int num_params = 0;
+  ir::DType compute = ir::DType::f32;
+  ir::ScalarProgram body;
+  std::vector<std::vector<int>> flags;  // operand lists
+  // Offsets need int64 (some extent or offset can pass 2^31); else int32 arithmetic.
+  bool wide_index = false;
+
+  bool flat() const { return rank == 0; }  // every operand contiguous or scalar
+  std::string key() const;
+};
+
+KernelSignature signature(const KernelSpec& spec);
+
+// The printable form used by AMPFUSE_DUMP=code: operands with dtypes, strides and layouts,
+// then the body, one instruction a line.
+std::string print_kernel_spec(const KernelSpec& spec);
+
+}  // namespace ampfuse::codegen

@@ -1,0 +1,104 @@
+// The fusion planner: partitions a typed graph into fused kernels, views and external ops.
+//
+//          x:f32  w:bf16
+//            |      |
+//       amp_cast    |          kernel 0: iteration space [N,C,H,W]
+//            \     /              loads x (f32), stores y (bf16, NHWC strides)
+//           transpose ...      external: Convolution (oneDNN or reference)
+//
+// A fused kernel computes several graph nodes in one pass over one iteration space. Every
+// value computed inside a kernel is indexed by a permutation of the iteration index (so a
+// cast followed by a transpose is one pass: the transpose only changes where the result is
+// stored). Values read from outside are loaded through an affine access map, which is
+// how broadcasts (stride 0), slices (offset and step) and transposes of inputs cost
+// nothing. Views (Reshape, Flatten, expand_dims...) are not kernels at all: the executor
+// gives the consumer the same buffer under the new shape.
+#pragma once
+
+#include "ir/graph.h"
+
+#include <cstdint>
+#include <string>
+#include <variant>
+#include <vector>
+
+namespace ampfuse::engine {
+
+// How one tensor is indexed from an iteration index i: dim k of the tensor reads
+// offset[k] + scale[k] * i[iter_dim[k]], or just offset[k] when iter_dim[k] == -1
+// (a broadcast dimension).
+struct AccessMap {
+  std::vector<int32_t> iter_dim;
+  std::vector<int64_t> scale;
+  std::vector<int64_t> offset;
+
+  static AccessMap identity(size_t rank);
+  bool is_identity() const;
+  friend bool operator==(const AccessMap&, const AccessMap&) = default;
+};
+
+struct KernelOperand {
+  ir::ValueRef value;
+  // The shape the map indexes: the value's own shape, or the view an op declares through
+  // OpDef::broadcast_view (PReLU's gamma [C] read as [1,C,1,1]); same elements either way.
+  ir::Shape shape;
+  AccessMap map;
+  friend bool operator==(const KernelOperand&, const KernelOperand&) = default;
+};
+
+struct FusedKernel {
+  ir::Shape iteration;          // the iteration space
+  std::vector<int32_t> nodes;   // the graph nodes it computes, in graph order
+  // For each node of `nodes`, the access map of its outputs (a permutation of the
+  // iteration index: the map every output of that node is computed under).
+  std::vector<AccessMap> node_maps;
+  std::vector<KernelOperand> inputs;   // distinct (value, map) loads from outside
+  std::vector<KernelOperand> outputs;  // values other steps or the graph read
+};
+
+struct ExternalStep {
+  int32_t node;
+};
+
+// A view op: the output is the input's buffer under another shape.
+struct ViewStep {
+  int32_t node;
+};
+
+using PlanStep = std::variant<FusedKernel, ExternalStep, ViewStep>;
+
+struct Plan {
+  std::vector<PlanStep> steps;  // in an order that respects every dependency
+};
+
+// How a node takes part in fusion.
+enum class FusionRole : uint8_t {
+  external,  // runs alone (convolution, matmul, reductions, Concat, ops without a recipe)
+  view,      // a reshape-like alias
+  elementwise,  // a recipe over inputs broadcast to the output
+  remap,     // transpose, slice, broadcast_to...: an index remapping of input 0
+};
+FusionRole fusion_role(const ir::Node& n);
+
+// The access map of node n's input `i` relative to n's output index (its output 0): which
+// input element each output element reads. Throws ampfuse::Error for nodes whose role is
+// external or view.
+AccessMap input_access(const ir::Graph& g, int32_t n, size_t i);
+
+struct PlannerOptions {
+  bool fuse = true;  // false: every fusable node becomes a kernel of its own (the unfused path)
+};
+
+// Partitions `g` (types inferred) into steps. Groups never create a cycle between steps.
+Plan plan_fusion(const ir::Graph& g, const PlannerOptions& opts = {});
+
+// Bytes a kernel reads and writes (each distinct operand once).
+int64_t kernel_bytes(const ir::Graph& g, const FusedKernel& k);
+
+// The plan in text, for AMPFUSE_DUMP=plan and tests:
+//   kernel 0 [2,3] nodes: %a=amp_cast %b=relu  in: %x  out: %b  bytes: 36
+//   external %conv=Convolution
+//   view %r=Reshape
+std::string print_plan(const ir::Graph& g, const Plan& p);
+
+}  // namespace ampfuse::engine

@@ -1,0 +1,30 @@
+// amp_convert: inserts the casts that run a graph in mixed precision (MXNet's ReducePrecision).
+#pragma once
+
+#include "engine/amp_options.h"
+#include "ir/graph.h"
+
+namespace ampfuse::engine {
+
+// Rewrites `g` (types inferred, or inferable) to run in `opts.target` where the op classes
+// allow, inserting `amp_cast` nodes marked with the hint `__amp_inserted__`="1":
+//  - lowp ops read their float inputs in the target type, except the slots the registry
+//    keeps in f32 (bf16 BatchNorm's gamma/beta/moving_*) and aux slots;
+//  - fp32 ops, excluded nodes and conditional ops whose attribute matches read every input
+//    in its original type;
+//  - widest ops run low only when every float input already exists in low precision
+//    (amp_multicast's rule: f32 if any input is f32), or, with `cast_narrow`, when any does;
+//  - neutral ops run low when any float input already exists in low precision;
+//  - amp_cast / Cast nodes already in the graph read whatever their input has become.
+// "Exists in low precision" is decided for the whole graph at once (a fixed point over the
+// neutral and widest ops), so the result does not depend on the order of nodes or of a
+// tensor's consumers. Every (tensor, dtype) pair gets at most one cast, however many
+// consumers share it (fan-out, shared weights, unrolled recurrent steps). Graph outputs keep
+// their original types. With `cast_params_offline`, a param every consumer reads in low
+// precision is stored in it instead (its variable's type changes, no cast). Source ops that
+// make a value exactly in any type (_zeros, _ones, _full of an f32 value) are made in the
+// type their readers want instead of being cast. Types of the result are inferred and
+// checked. Returns the number of casts inserted.
+int amp_convert(ir::Graph& g, const AmpOptions& opts);
+
+}  // namespace ampfuse::engine

@@ -1,0 +1,81 @@
+// BatchNorm and LayerNorm: schemas and type inference.
+#include "ir/error.h"
+#include "ir/ops/nn_ops.h"
+#include "ir/ops/nn_params.h"
+
+namespace ampfuse::ir::nn {
+
+namespace {
+
+OpDef batch_norm_def() {
+  OpDef d;
+  d.name = "BatchNorm";
+  // At inference BatchNorm is y = x * a[c] + b[c]: the planner may fold it into a fused
+  // loop. It has no scalar recipe because a and b come from four per-channel inputs; the
+  // reference kernel defines the math.
+  d.kind = OpKind::compute;
+  d.fusable = true;
+  d.inputs = {{"data"},
+              {"gamma", SlotRole::param},
+              {"beta", SlotRole::param},
+              {"moving_mean", SlotRole::aux},
+              {"moving_var", SlotRole::aux}};
+  d.num_outputs = [](const Attrs& a) { return a.get_bool("output_mean_var") ? 3 : 1; };
+  d.attrs = {optional("eps", AttrKind::Float, 1e-3), optional("fix_gamma", AttrKind::Bool, true),
+             optional("use_global_stats", AttrKind::Bool, false), optional("output_mean_var", AttrKind::Bool, false),
+             optional("axis", AttrKind::Int, int64_t{1})};
+  d.ignored_attrs = {"momentum", "cudnn_off", "min_calib_range", "max_calib_range"};
+  d.infer = [](InferContext& ctx) {
+    const TensorType* data = known_input(ctx, 0);
+    if (!data) return;
+    require_float(*data, "the data");
+    const TensorType in = *data;
+    const int64_t axis = normalize_axis(ctx.attrs.get_int("axis"), in.shape.size());
+    // MXNet keeps the statistics of f16 data in f32 (its AccReal); so does AMP for bf16.
+    const TensorType stats{in.dtype == DType::f64 ? DType::f64 : DType::f32, {in.shape[axis]}};
+    static constexpr const char* kNames[] = {"", "gamma", "beta", "moving_mean", "moving_var"};
+    for (size_t i = 1; i < 5; ++i) fill_float_input(ctx, i, kNames[i], stats);
+    ctx.outputs[0] = in;
+    // The extra outputs are the statistics used: the moving mean and, as MXNet computes
+    // it, the inverse standard deviation 1/sqrt(moving_var + eps).
+    for (size_t k = 1; k < ctx.outputs.size(); ++k) ctx.outputs[k] = stats;
+  };
+  d.amp_bf16 = d.amp_fp16 = AmpClass::neutral;
+  d.keep_fp32_inputs_bf16 = d.keep_fp32_inputs_fp16 = {1, 2, 3, 4};
+  return d;
+}
+
+OpDef layer_norm_def() {
+  OpDef d;
+  d.name = "LayerNorm";
+  d.kind = OpKind::compute;
+  d.inputs = {{"data"}, {"gamma", SlotRole::param}, {"beta", SlotRole::param}};
+  d.num_outputs = [](const Attrs& a) { return a.get_bool("output_mean_var") ? 3 : 1; };
+  d.attrs = {optional("axis", AttrKind::Int, int64_t{-1}), optional("eps", AttrKind::Float, 1e-5),
+             optional("output_mean_var", AttrKind::Bool, false)};
+  d.infer = [](InferContext& ctx) {
+    const TensorType* data = known_input(ctx, 0);
+    if (!data) return;
+    require_float(*data, "the data");
+    const TensorType in = *data;
+    const int64_t axis = normalize_axis(ctx.attrs.get_int("axis"), in.shape.size());
+    fill_float_input(ctx, 1, "gamma", {in.dtype, {in.shape[axis]}});
+    fill_float_input(ctx, 2, "beta", {in.dtype, {in.shape[axis]}});
+    ctx.outputs[0] = in;
+    // Mean and standard deviation sqrt(var + eps), with the normalized axis kept as 1.
+    Shape reduced = in.shape;
+    reduced[axis] = 1;
+    for (size_t k = 1; k < ctx.outputs.size(); ++k) ctx.outputs[k] = TensorType{in.dtype, reduced};
+  };
+  d.amp_bf16 = d.amp_fp16 = AmpClass::fp32;
+  return d;
+}
+
+}  // namespace
+
+void register_norm_ops(OpRegistry& r) {
+  r.add(batch_norm_def());
+  r.add(layer_norm_def());
+}
+
+}  // namespace ampfuse::ir::nn

@@ -1,0 +1,45 @@
+// The neural-network op families that register_nn_ops (ir/ops/nn.cpp) registers, and the
+// inference helpers they share. Private to ir/ops/.
+#pragma once
+
+#include "ir/op_registry.h"
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace ampfuse::ir::nn {
+
+void register_conv_ops(OpRegistry& r);     // Convolution, Deconvolution, Pooling
+void register_dense_ops(OpRegistry& r);    // FullyConnected, dot, batch_dot, Embedding
+void register_norm_ops(OpRegistry& r);     // BatchNorm, LayerNorm
+void register_softmax_ops(OpRegistry& r);  // softmax, log_softmax, SoftmaxOutput
+void register_rnn_ops(OpRegistry& r);      // RNN
+
+// Attribute schema entries.
+inline AttrSpec required(std::string name, AttrKind kind) { return {std::move(name), kind, std::nullopt, {}}; }
+inline AttrSpec optional(std::string name, AttrKind kind, AttrValue fallback) {
+  return {std::move(name), kind, std::move(fallback), {}};
+}
+inline AttrSpec none_by_default(std::string name, AttrKind kind) {
+  return {std::move(name), kind, AttrValue{std::monostate{}}, {}};
+}
+inline AttrSpec one_of(std::string name, std::string fallback, std::vector<std::string> choices) {
+  return {std::move(name), AttrKind::String, AttrValue{std::move(fallback)}, std::move(choices)};
+}
+// MXNet's `layout` of Convolution, Deconvolution and Pooling; "None" is channels first.
+AttrSpec layout_attr();
+
+// Input i's type when inference knows it; nullptr while its producer is still open (the
+// op then leaves its outputs unknown and the graph's inference comes back to it).
+const TensorType* known_input(const InferContext& ctx, size_t i);
+// Fills unknown input i (a weight MXNet's JSON gives no shape) with `want`; a known one
+// must equal it. `detail`, when given, ends the message ("the data has 3 channels").
+void fill_input(InferContext& ctx, size_t i, std::string_view slot, const TensorType& want,
+                std::string_view detail = {});
+// As fill_input, but a known input may have any float dtype (BatchNorm's statistics).
+void fill_float_input(InferContext& ctx, size_t i, std::string_view slot, const TensorType& want);
+// Throws unless `t` is a floating-point type.
+void require_float(const TensorType& t, std::string_view what);
+
+}  // namespace ampfuse::ir::nn

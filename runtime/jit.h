@@ -1,0 +1,38 @@
+// The process's LLVM ORC JIT (LLJIT) for the host CPU.
+//
+// One instance per process, created on first use. Modules arrive optimized
+// (codegen::build_kernel_module); the JIT turns them into machine code with the same host
+// CPU, features and floating-point options (no FMA contraction), resolving calls into the
+// C library (the f64 transcendental functions) from the running process. Thread-safe:
+// compiles are serialized, looked-up code may be called from any thread.
+#pragma once
+
+#include "codegen/llvm_module.h"
+
+#include <cstdint>
+#include <memory>
+
+namespace ampfuse::runtime {
+
+class Jit {
+ public:
+  static Jit& global();
+
+  // Adds the module and returns the machine-code address of its `symbol`; the code lives
+  // as long as the process. Throws ampfuse::Error when LLVM fails, with its message.
+  void* compile(codegen::LlvmModule module);
+
+  // Modules compiled so far.
+  int64_t modules() const;
+
+  ~Jit();
+  Jit(const Jit&) = delete;
+  Jit& operator=(const Jit&) = delete;
+
+ private:
+  Jit();
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace ampfuse::runtime

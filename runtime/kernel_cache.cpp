@@ -1,0 +1,95 @@
+#include "runtime/kernel_cache.h"
+
+#include "codegen/llvm_emitter.h"
+#include "ir/error.h"
+#include "runtime/jit.h"
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <optional>
+
+namespace ampfuse::runtime {
+
+struct KernelCache::Entry {
+  std::mutex mutex;
+  std::condition_variable ready_cv;
+  bool ready = false;
+  std::shared_ptr<const CompiledKernel> kernel;
+  std::optional<std::string> error;
+};
+
+namespace {
+
+std::string next_symbol() {
+  static std::atomic<int64_t> counter{0};
+  return "ampfuse_kernel_" + std::to_string(counter.fetch_add(1));
+}
+
+std::shared_ptr<const CompiledKernel> compile(const codegen::KernelSpec& spec, std::string key) {
+  const auto start = std::chrono::steady_clock::now();
+  auto kernel = std::make_shared<CompiledKernel>();
+  kernel->symbol = next_symbol();
+  kernel->fn = reinterpret_cast<codegen::KernelFn>(
+      Jit::global().compile(codegen::build_kernel_module(spec, kernel->symbol)));
+  kernel->key = std::move(key);
+  kernel->compile_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return kernel;
+}
+
+}  // namespace
+
+KernelCache& KernelCache::global() {
+  static KernelCache* cache = new KernelCache();  // never destroyed, like the code it points to
+  return *cache;
+}
+
+std::shared_ptr<const CompiledKernel> KernelCache::get(const codegen::KernelSpec& spec) {
+  std::string key = spec.cache_key();  // validates
+  std::shared_ptr<Entry> entry;
+  bool first = false;
+  {
+    std::lock_guard lock(mutex_);
+    auto [it, inserted] = entries_.try_emplace(key);
+    if (inserted) it->second = std::make_shared<Entry>();
+    entry = it->second;
+    first = inserted;
+    if (!inserted) ++stats_.hits;
+  }
+  if (first) {
+    std::shared_ptr<const CompiledKernel> kernel;
+    std::optional<std::string> error;
+    try {
+      kernel = compile(spec, key);
+    } catch (const Error& e) {
+      error = fmt::format("kernel '{}': compilation failed: {}", spec.name, e.what());
+    }
+    {
+      std::lock_guard lock(mutex_);
+      if (kernel) {
+        ++stats_.compilations;
+        stats_.compile_seconds += kernel->compile_seconds;
+      } else {
+        ++stats_.failures;
+      }
+    }
+    {
+      std::lock_guard lock(entry->mutex);
+      entry->kernel = kernel;
+      entry->error = error;
+      entry->ready = true;
+    }
+    entry->ready_cv.notify_all();
+  }
+  std::unique_lock lock(entry->mutex);
+  entry->ready_cv.wait(lock, [&] { return entry->ready; });
+  if (entry->error) throw Error(*entry->error);
+  return entry->kernel;
+}
+
+KernelCacheStats KernelCache::stats() const {
+  std::lock_guard lock(mutex_);
+  return stats_;
+}
+
+}  // namespace ampfuse::runtime

@@ -1,0 +1,66 @@
+// run_kernel (declared in runtime/kernel_cache.h): from a spec's sizes and strides to
+// KernelArgs, and from one index range to one chunk per thread.
+#include "ir/error.h"
+#include "runtime/kernel_cache.h"
+
+#include <vector>
+
+namespace ampfuse::runtime {
+
+namespace {
+
+// Below this many elements per thread, waking a worker costs more than it saves.
+constexpr int64_t kMinElementsPerThread = 16384;
+// Chunk boundaries on multiples of 64 elements: every operand's chunk starts on a 64-byte
+// line when its base does, so threads never write the same line and vector loops start
+// aligned.
+constexpr int64_t kChunkAlign = 64;
+// Outputs larger than this are written with non-temporal stores: they would not stay in
+// the caches anyway, and bypassing them saves the read-for-ownership of every line. The
+// kernels' streaming loops need 64-byte aligned outputs.
+constexpr int64_t kStreamingBytes = int64_t{32} << 20;
+constexpr uintptr_t kStreamingAlign = 64;
+
+}  // namespace
+
+void run_kernel(const CompiledKernel& kernel, const codegen::KernelSpec& spec, std::span<void* const> data,
+                std::span<const double> params, std::span<int32_t> flags, ThreadPool& pool) {
+  const size_t operands = spec.inputs.size() + spec.outputs.size();
+  if (data.size() != operands)
+    fail("kernel '{}': {} buffers given for {} inputs and {} outputs", spec.name, data.size(), spec.inputs.size(),
+         spec.outputs.size());
+  if (params.size() != static_cast<size_t>(spec.num_params))
+    fail("kernel '{}': {} parameters given for {}", spec.name, params.size(), spec.num_params);
+  if (flags.size() != spec.flags.size())
+    fail("kernel '{}': {} flag slots given for {} flags", spec.name, flags.size(), spec.flags.size());
+  const int64_t n = spec.num_elements();
+  if (n == 0) return;
+  for (size_t k = 0; k < operands; ++k)
+    if (!data[k]) fail("kernel '{}': operand {} has no buffer", spec.name, k);
+
+  const size_t rank = spec.shape.size();
+  std::vector<int64_t> strides;
+  strides.reserve(operands * rank);
+  int64_t output_bytes = 0;
+  bool outputs_aligned = true;
+  for (const codegen::OperandSpec& o : spec.inputs) strides.insert(strides.end(), o.strides.begin(), o.strides.end());
+  for (size_t k = 0; k < spec.outputs.size(); ++k) {
+    const codegen::OperandSpec& o = spec.outputs[k];
+    strides.insert(strides.end(), o.strides.begin(), o.strides.end());
+    output_bytes += n * static_cast<int64_t>(ir::dtype_size(o.dtype));
+    outputs_aligned &= reinterpret_cast<uintptr_t>(data[spec.inputs.size() + k]) % kStreamingAlign == 0;
+  }
+  const codegen::KernelArgs args{
+      .data = data.data(),
+      .shape = spec.shape.data(),
+      .strides = strides.data(),
+      .params = params.data(),
+      .flags = flags.data(),
+      .streaming = output_bytes > kStreamingBytes && outputs_aligned ? 1 : 0,
+  };
+  const codegen::KernelFn fn = kernel.fn;
+  pool.parallel_for(
+      n, [&](int64_t begin, int64_t end) { fn(begin, end, &args); }, kMinElementsPerThread, kChunkAlign);
+}
+
+}  // namespace ampfuse::runtime

@@ -1,0 +1,210 @@
+// The `ampfuse` program, run as a user runs it: exit status, stdout and stderr.
+#include "runtime/npy.h"
+#include "tests/test_util.h"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <sys/wait.h>
+
+namespace ampfuse {
+namespace {
+
+struct CliResult {
+  int status = -1;
+  std::string out, err;
+};
+
+CliResult run_cli(const std::string& args) {
+  testing::ScopedTempDir tmp;
+  const std::string err_file = tmp.file("stderr");
+  const std::string cmd = fmt::format("'{}' {} 2>'{}'", AMPFUSE_CLI_PATH, args, err_file);
+  CliResult r;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) {
+    ADD_FAILURE() << "popen failed: " << cmd;
+    return r;
+  }
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
+  const int st = pclose(p);
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  std::ifstream f(err_file);
+  r.err.assign(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+  return r;
+}
+
+nlohmann::json parse_json(const CliResult& r) {
+  try {
+    return nlohmann::json::parse(r.out);
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "stdout is not one JSON object (" << e.what() << "):\n" << r.out << "\nstderr:\n" << r.err;
+    return {};
+  }
+}
+
+std::string model_path(const std::string& file) { return std::string(AMPFUSE_MODELS_DIR) + "/" + file; }
+
+#define SKIP_WITHOUT_MODEL(path)                                                        \
+  if (!std::filesystem::exists(path)) GTEST_SKIP() << "no shared models here: " << path
+
+// One line on stderr, naming the problem, exit status 1, nothing half-printed on stdout.
+void expect_clean_error(const CliResult& r, const std::string& part) {
+  EXPECT_EQ(r.status, 1) << r.out << r.err;
+  EXPECT_EQ(r.err.rfind("ampfuse: error: ", 0), 0u) << r.err;
+  EXPECT_NE(r.err.find(part), std::string::npos) << "stderr: " << r.err << "\nexpected: " << part;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  EXPECT_EQ(r.out, "");
+}
+
+TEST(CliInfo, ResNet152JsonReportsTheClassifierOutput) {
+  const std::string model = model_path("resnet152-mxnet-symbolic-symbol.json");
+  SKIP_WITHOUT_MODEL(model);
+  const CliResult r = run_cli(fmt::format("info '{}' --shape data=1,3,224,224 --json", model));
+  ASSERT_EQ(r.status, 0) << r.err;
+  const nlohmann::json j = parse_json(r);
+  EXPECT_EQ(j["model"], model);
+  EXPECT_EQ(j["nodes"], 1286);
+  EXPECT_EQ(j["op_nodes"], 515);
+  EXPECT_EQ(j["ops"]["Convolution"], 155);
+  EXPECT_EQ(j["ops"]["BatchNorm"], 153);
+  ASSERT_EQ(j["outputs"].size(), 1u);
+  EXPECT_EQ(j["outputs"][0]["name"], "softmax_output");
+  // This export is the ImageNet-11k ResNet-152: its last FullyConnected has num_hidden 11221.
+  EXPECT_EQ(j["outputs"][0]["shape"], nlohmann::json({1, 11221}));
+  EXPECT_EQ(j["outputs"][0]["dtype"], "f32");
+  ASSERT_GE(j["inputs"].size(), 1u);
+  EXPECT_EQ(j["inputs"][0]["name"], "data");
+  EXPECT_EQ(j["inputs"][0]["shape"], nlohmann::json({1, 3, 224, 224}));
+  EXPECT_GT(j["params"]["count"].get<int>(), 300);
+  // 58M in the body plus 2048 * 11221 + 11221 in the classifier.
+  EXPECT_GT(j["params"]["elements"].get<int64_t>(), 2048 * 11221 + 50'000'000);
+}
+
+TEST(CliInfo, MissingShapeNamesTheOptionToGive) {
+  const std::string model = model_path("resnet152-mxnet-symbolic-symbol.json");
+  SKIP_WITHOUT_MODEL(model);
+  const CliResult text = run_cli(fmt::format("info '{}'", model));
+  EXPECT_EQ(text.status, 0) << text.err;
+  EXPECT_NE(text.out.find("--shape data="), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("Convolution 155"), std::string::npos) << text.out;
+
+  const CliResult json = run_cli(fmt::format("info '{}' --json", model));
+  EXPECT_EQ(json.status, 2) << json.err;
+  const nlohmann::json j = parse_json(json);
+  EXPECT_TRUE(j["outputs"].is_null());
+  EXPECT_EQ(j["missing_shapes"], nlohmann::json({"data"}));
+  EXPECT_EQ(j["ops"]["Convolution"], 155);
+}
+
+TEST(CliRun, DefaultModelJsonAndSavedOutputsAgree) {
+  testing::ScopedTempDir dir;
+  const std::string out_dir = dir.file("outs");
+  const CliResult r = run_cli(fmt::format("run --json --seed 3 --save-outputs '{}'", out_dir));
+  ASSERT_EQ(r.status, 0) << r.err;
+  const nlohmann::json j = parse_json(r);
+  EXPECT_EQ(j["model"], "<default>");
+  EXPECT_EQ(j["seed"], 3);
+  EXPECT_GE(j["run_ms"].get<double>(), 0.0);
+  ASSERT_EQ(j["outputs"].size(), 1u);
+  const nlohmann::json& o = j["outputs"][0];
+  EXPECT_EQ(o["name"], "softmax_output");
+  EXPECT_EQ(o["shape"], nlohmann::json({1, 10}));
+  EXPECT_EQ(o["dtype"], "f32");
+  EXPECT_EQ(o["nonfinite"], 0);
+
+  const runtime::Tensor t = runtime::read_npy(out_dir + "/softmax_output.npy");
+  ASSERT_EQ(t.type(), (ir::TensorType{ir::DType::f32, {1, 10}}));
+  const std::vector<double> v = runtime::to_f64_vector(t);
+  double sum = 0;
+  for (double p : v) sum += p;
+  EXPECT_NEAR(sum, 1.0, 1e-5);
+  // The report summarizes exactly the saved values.
+  EXPECT_EQ(o["min"].get<double>(), *std::min_element(v.begin(), v.end()));
+  EXPECT_EQ(o["max"].get<double>(), *std::max_element(v.begin(), v.end()));
+  EXPECT_NEAR(o["mean"].get<double>(), 0.1, 1e-6);
+}
+
+TEST(CliRun, SeedDecidesTheResult) {
+  const nlohmann::json a = parse_json(run_cli("run --json --seed 5"));
+  const nlohmann::json b = parse_json(run_cli("run --json --seed 5"));
+  const nlohmann::json c = parse_json(run_cli("run --json --seed 6"));
+  EXPECT_EQ(a["outputs"], b["outputs"]);
+  EXPECT_NE(a["outputs"][0]["max"], c["outputs"][0]["max"]);
+}
+
+TEST(CliRun, InputsFromNpyAndBatchFromShape) {
+  testing::ScopedTempDir dir;
+  runtime::Tensor data = runtime::Tensor::zeros({ir::DType::f32, {2, 3, 32, 32}});
+  runtime::write_npy(dir.file("data.npy"), data);
+  const CliResult r = run_cli(fmt::format("run --json --inputs data='{}'", dir.file("data.npy")));
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(parse_json(r)["outputs"][0]["shape"], nlohmann::json({2, 10}));
+
+  const CliResult batch = run_cli("run --json --shape data=4,3,32,32");
+  ASSERT_EQ(batch.status, 0) << batch.err;
+  EXPECT_EQ(parse_json(batch)["outputs"][0]["shape"], nlohmann::json({4, 10}));
+
+  // A file whose shape disagrees with --shape: the variable and both types are named.
+  expect_clean_error(run_cli(fmt::format("run --shape data=1,3,32,32 --inputs data='{}'", dir.file("data.npy"))),
+                     "variable 'data' is bound to f32[2,3,32,32] but the graph needs f32[1,3,32,32]");
+}
+
+TEST(CliRun, HumanReportShowsOutputsAndSavedFiles) {
+  testing::ScopedTempDir dir;
+  const CliResult r = run_cli(fmt::format("run --save-outputs '{}'", dir.path().string()));
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("model:   <default>"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("softmax_output  f32[1,10]"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("finite 10/10"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(dir.file("softmax_output.npy")), std::string::npos) << r.out;
+}
+
+TEST(CliErrors, EachFailureIsOneLineAndExitOne) {
+  expect_clean_error(run_cli("info /nonexistent/model.json"), "/nonexistent/model.json: no such file");
+  expect_clean_error(run_cli("run /nonexistent/model.json"), "/nonexistent/model.json");
+  expect_clean_error(run_cli("run --shape data=1,x,32,32"), "'x' is not a positive integer extent");
+  expect_clean_error(run_cli("run --shape data"), "expected NAME=D0,D1,...");
+  expect_clean_error(run_cli("run --shape data=0,3,32,32"), "'0' is not a positive integer extent");
+  expect_clean_error(run_cli("run --shape label=1"), "no input 'label'");
+  expect_clean_error(run_cli("run --inputs data=/nonexistent/x.npy"), "/nonexistent/x.npy");
+  expect_clean_error(run_cli("run --seed -3x"), "seed");
+  expect_clean_error(run_cli("run --no-such-option"), "--no-such-option");
+  expect_clean_error(run_cli("frobnicate"), "frobnicate");
+  expect_clean_error(run_cli(""), "subcommand");
+}
+
+TEST(CliErrors, UnknownInputNameInAModelIsNamed) {
+  const std::string model = model_path("resnet152-mxnet-symbolic-symbol.json");
+  SKIP_WITHOUT_MODEL(model);
+  expect_clean_error(run_cli(fmt::format("info '{}' --shape image=1,3,224,224", model)),
+                     "the model has no variable 'image' (its inputs: data, softmax_label)");
+  expect_clean_error(run_cli(fmt::format("info '{}' --shape data=1,3,224,224 --shape data=2,3,224,224", model)),
+                     "'data' is given twice");
+}
+
+TEST(CliHelp, DocumentsEveryOption) {
+  const CliResult top = run_cli("--help");
+  EXPECT_EQ(top.status, 0);
+  EXPECT_NE(top.out.find("info"), std::string::npos) << top.out;
+  EXPECT_NE(top.out.find("run"), std::string::npos) << top.out;
+  const CliResult info = run_cli("info --help");
+  EXPECT_EQ(info.status, 0);
+  for (const char* opt : {"--shape", "--json", "model", "missing_shapes"}) {
+    EXPECT_NE(info.out.find(opt), std::string::npos) << opt << " not in:\n" << info.out;
+  }
+  const CliResult run = run_cli("run --help");
+  EXPECT_EQ(run.status, 0);
+  for (const char* opt : {"--shape", "--inputs", "--save-outputs", "--seed", "--json"}) {
+    EXPECT_NE(run.out.find(opt), std::string::npos) << opt << " not in:\n" << run.out;
+  }
+}
+
+}  // namespace
+}  // namespace ampfuse

@@ -1,0 +1,226 @@
+// The runtime side of generated code: the ORC JIT, the thread pool and the kernel cache.
+#include "codegen/llvm_emitter.h"
+#include "codegen_test_util.h"
+#include "runtime/jit.h"
+#include "runtime/thread_pool.h"
+#include "test_util.h"
+
+#include <atomic>
+#include <chrono>
+#include <mutex>
+#include <set>
+#include <thread>
+
+namespace ampfuse::testing {
+namespace {
+
+ir::ScalarProgram affine_body(double scale, double shift) {
+  ScalarBuilder b(1);
+  return b.finish({b.add(b.mul(b.input(0), b.constant(scale)), b.constant(shift))});
+}
+
+// Calls a compiled kernel directly on f32 data, bypassing the launcher.
+std::vector<float> call(codegen::KernelFn fn, std::vector<float> x) {
+  std::vector<float> y(x.size());
+  void* data[] = {x.data(), y.data()};
+  const int64_t shape[] = {static_cast<int64_t>(x.size())}, strides[] = {1, 1};
+  const codegen::KernelArgs args{data, shape, strides, nullptr, nullptr, 0};
+  fn(0, static_cast<int64_t>(x.size()), &args);
+  return y;
+}
+
+TEST(Jit, CompilesAModuleToCallableCode) {
+  const KernelSpec spec = dense_spec("affine", affine_body(2, 1), {DType::f32}, {DType::f32}, {3});
+  const int64_t before = runtime::Jit::global().modules();
+  auto fn = reinterpret_cast<codegen::KernelFn>(
+      runtime::Jit::global().compile(codegen::build_kernel_module(spec, "jit_test_affine")));
+  EXPECT_EQ(call(fn, {1, 2, -3}), (std::vector<float>{3, 5, -5}));
+  EXPECT_EQ(runtime::Jit::global().modules(), before + 1);
+}
+
+TEST(Jit, ResolvesTheCLibraryForF64Functions) {
+  ScalarBuilder b(1);
+  const KernelSpec spec = dense_spec("exp64", b.finish({b.unary(ScalarOp::exp, b.input(0))}), {DType::f64},
+                                     {DType::f64}, {3});
+  auto fn = reinterpret_cast<codegen::KernelFn>(
+      runtime::Jit::global().compile(codegen::build_kernel_module(spec, "jit_test_exp64")));
+  double x[] = {0.5, -3.25, 700.0}, y[3] = {};
+  void* data[] = {x, y};
+  const int64_t shape[] = {3}, strides[] = {1, 1};
+  const codegen::KernelArgs args{data, shape, strides, nullptr, nullptr, 0};
+  fn(0, 3, &args);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(y[i], std::exp(x[i])) << x[i];
+}
+
+TEST(Jit, MissingSymbolIsAnError) {
+  const KernelSpec spec = dense_spec("affine", affine_body(1, 0), {DType::f32}, {DType::f32}, {3});
+  codegen::LlvmModule m = codegen::build_kernel_module(spec, "jit_test_present");
+  m.symbol = "jit_test_absent";
+  EXPECT_ERROR(runtime::Jit::global().compile(std::move(m)), "jit_test_absent");
+}
+
+TEST(Jit, CompilesFromSeveralThreadsAtOnce) {
+  std::vector<std::thread> threads;
+  std::vector<std::vector<float>> results(4);
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([t, &results] {
+      const KernelSpec spec = dense_spec("affine", affine_body(t, 0.5), {DType::f32}, {DType::f32}, {2});
+      auto fn = reinterpret_cast<codegen::KernelFn>(runtime::Jit::global().compile(
+          codegen::build_kernel_module(spec, fmt::format("jit_test_thread{}", t))));
+      results[t] = call(fn, {1, 2});
+    });
+  for (std::thread& t : threads) t.join();
+  for (int t = 0; t < 4; ++t) EXPECT_EQ(results[t], (std::vector<float>{t + 0.5f, 2 * t + 0.5f})) << t;
+}
+
+TEST(JitThreadPool, CoversTheRangeExactlyOnceInAlignedChunks) {
+  runtime::ThreadPool pool(4);
+  for (int64_t n : {int64_t{1}, int64_t{63}, int64_t{1000}, int64_t{100003}}) {
+    std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
+    std::mutex m;
+    std::vector<std::pair<int64_t, int64_t>> chunks;
+    pool.parallel_for(
+        n,
+        [&](int64_t begin, int64_t end) {
+          for (int64_t i = begin; i < end; ++i) hits[i].fetch_add(1);
+          std::lock_guard lock(m);
+          chunks.emplace_back(begin, end);
+        },
+        16, 64);
+    for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[i].load(), 1) << "n = " << n << ", element " << i;
+    EXPECT_LE(chunks.size(), 4u);
+    for (auto [begin, end] : chunks) EXPECT_EQ(begin % 64, 0) << "n = " << n;
+  }
+}
+
+TEST(JitThreadPool, UsesEveryThreadForLargeRanges) {
+  runtime::ThreadPool pool(3);
+  std::mutex m;
+  std::set<std::thread::id> ids;
+  pool.parallel_for(3000, [&](int64_t, int64_t) {
+    std::lock_guard lock(m);
+    ids.insert(std::this_thread::get_id());
+  });
+  EXPECT_EQ(ids.size(), 3u);
+  EXPECT_TRUE(ids.count(std::this_thread::get_id())) << "the caller runs a chunk itself";
+}
+
+TEST(JitThreadPool, SmallRangesRunInlineAndEmptyOnesNotAtAll) {
+  runtime::ThreadPool pool(4);
+  std::vector<std::pair<int64_t, int64_t>> calls;
+  std::thread::id where;
+  pool.parallel_for(
+      500,
+      [&](int64_t b, int64_t e) {
+        calls.emplace_back(b, e);
+        where = std::this_thread::get_id();
+      },
+      1000);
+  ASSERT_EQ(calls.size(), 1u);
+  EXPECT_EQ(calls[0], (std::pair<int64_t, int64_t>{0, 500}));
+  EXPECT_EQ(where, std::this_thread::get_id());
+  pool.parallel_for(0, [&](int64_t, int64_t) { ADD_FAILURE() << "called for an empty range"; });
+}
+
+TEST(JitThreadPool, NestedCallsRunInline) {
+  runtime::ThreadPool pool(2);
+  std::atomic<int64_t> total{0};
+  pool.parallel_for(1000, [&](int64_t b, int64_t e) {
+    pool.parallel_for(e - b, [&](int64_t ib, int64_t ie) { total += ie - ib; });
+  });
+  EXPECT_EQ(total.load(), 1000);
+}
+
+TEST(JitThreadPool, RethrowsAChunkExceptionAndStaysUsable) {
+  runtime::ThreadPool pool(2);
+  EXPECT_THROW(pool.parallel_for(1000,
+                                 [](int64_t b, int64_t) {
+                                   if (b > 0) throw std::runtime_error("chunk failed");
+                                 }),
+               std::runtime_error);
+  std::atomic<int64_t> total{0};
+  pool.parallel_for(1000, [&](int64_t b, int64_t e) { total += e - b; });
+  EXPECT_EQ(total.load(), 1000);
+}
+
+TEST(JitThreadPool, CallersFromSeveralThreadsTakeTurns) {
+  runtime::ThreadPool pool(2);
+  std::atomic<int64_t> total{0};
+  std::vector<std::thread> callers;
+  for (int t = 0; t < 3; ++t)
+    callers.emplace_back([&] {
+      for (int r = 0; r < 50; ++r) pool.parallel_for(1000, [&](int64_t b, int64_t e) { total += e - b; });
+    });
+  for (std::thread& t : callers) t.join();
+  EXPECT_EQ(total.load(), 3 * 50 * 1000);
+}
+
+TEST(KernelCache, NewSizesDoNotCompile) {
+  runtime::KernelCache cache;
+  for (const Shape& shape : std::vector<Shape>{{2, 3}, {64, 100}, {7, 1000}}) {
+    const KernelSpec spec = dense_spec("affine", affine_body(2, 1), {DType::bf16}, {DType::f32}, shape);
+    const Tensor x = random_tensor(DType::bf16, shape, 1);
+    EXPECT_TRUE(same_bits(run_jit(cache, spec, {&x}).outputs[0], run_reference(spec, {&x})[0]));
+  }
+  const runtime::KernelCacheStats s = cache.stats();
+  EXPECT_EQ(s.compilations, 1);
+  EXPECT_EQ(s.hits, 2);
+  EXPECT_EQ(s.failures, 0);
+  EXPECT_GT(s.compile_seconds, 0.0);
+}
+
+TEST(KernelCache, NewStructureCompiles) {
+  runtime::KernelCache cache;
+  const auto a = cache.get(dense_spec("a", affine_body(2, 1), {DType::f32}, {DType::f32}, {8}));
+  const auto b = cache.get(dense_spec("b", affine_body(2, 1), {DType::f16}, {DType::f32}, {8}));
+  const auto c = cache.get(dense_spec("c", affine_body(3, 1), {DType::f32}, {DType::f32}, {8}));
+  EXPECT_EQ(cache.stats().compilations, 3);
+  EXPECT_NE(a->fn, b->fn);
+  EXPECT_NE(a->key, c->key);
+  EXPECT_EQ(cache.get(dense_spec("a2", affine_body(2, 1), {DType::f32}, {DType::f32}, {9}))->fn, a->fn);
+}
+
+TEST(KernelCache, ConcurrentRequestsCompileOnce) {
+  runtime::KernelCache cache;
+  const KernelSpec spec = dense_spec("shared", affine_body(5, 2), {DType::f32}, {DType::f32}, {16});
+  std::vector<codegen::KernelFn> fns(8);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t) threads.emplace_back([&, t] { fns[t] = cache.get(spec)->fn; });
+  for (std::thread& t : threads) t.join();
+  for (codegen::KernelFn fn : fns) EXPECT_EQ(fn, fns[0]);
+  EXPECT_EQ(cache.stats().compilations, 1);
+  EXPECT_EQ(cache.stats().hits, 7);
+}
+
+TEST(KernelCache, HitCostsMicroseconds) {
+  runtime::KernelCache cache;
+  // A realistic fused kernel: the C8 chain over [N,C,H,W] with a broadcast bias.
+  ScalarBuilder b(3);
+  const auto a = b.input(0);
+  const auto d = b.add(b.mul(a, b.input(1)), b.constant(0.5));
+  const auto g = b.sub(b.mul(b.max(d, b.constant(0)), b.constant(1.5)), b.add(a, b.input(2)));
+  KernelSpec spec =
+      dense_spec("c8", b.finish({g}), {DType::bf16, DType::bf16, DType::f32}, {DType::bf16}, {8, 64, 28, 28});
+  spec.inputs[2].strides = {0, 1, 0, 0};
+  cache.get(spec);
+  constexpr int kLookups = 2000;
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < kLookups; ++i) cache.get(spec);
+  const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
+  // Typically 2-5 us; the bound leaves room for sanitizers and a loaded machine.
+  EXPECT_LT(us / kLookups, 200.0);
+  EXPECT_EQ(cache.stats().compilations, 1);
+  EXPECT_EQ(cache.stats().hits, kLookups);
+}
+
+TEST(KernelCache, InvalidSpecIsAnErrorAndNotACompile) {
+  runtime::KernelCache cache;
+  KernelSpec spec = dense_spec("broken", affine_body(1, 0), {DType::f32}, {DType::f32}, {4});
+  spec.inputs[0].strides = {1, 1};
+  EXPECT_ERROR(cache.get(spec), "kernel 'broken': input 0 'in0' has 2 strides for rank 1");
+  EXPECT_EQ(cache.stats().compilations, 0);
+  EXPECT_EQ(cache.stats().failures, 0);
+}
+
+}  // namespace
+}  // namespace ampfuse::testing

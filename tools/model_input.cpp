@@ -1,0 +1,137 @@
+#include "tools/model_input.h"
+
+#include "ir/error.h"
+#include "ir/mxnet_json.h"
+#include "ir/op_registry.h"
+#include "ir/type_inference.h"
+
+#include <charconv>
+#include <filesystem>
+
+namespace ampfuse::tools {
+
+namespace {
+
+std::pair<std::string, std::string> split_assignment(const std::string& option, const std::string& arg,
+                                                     const char* value_form) {
+  const size_t eq = arg.find('=');
+  if (eq == std::string::npos || eq == 0 || eq + 1 == arg.size())
+    fail("{} '{}': expected NAME={}", option, arg, value_form);
+  return {arg.substr(0, eq), arg.substr(eq + 1)};
+}
+
+ir::Shape parse_extents(const std::string& arg, const std::string& text) {
+  ir::Shape shape;
+  size_t pos = 0;
+  while (true) {
+    const size_t comma = std::min(text.find(',', pos), text.size());
+    const std::string_view item(text.data() + pos, comma - pos);
+    int64_t d = 0;
+    auto [end, ec] = std::from_chars(item.data(), item.data() + item.size(), d);
+    if (item.empty() || ec != std::errc() || end != item.data() + item.size() || d <= 0)
+      fail("--shape '{}': '{}' is not a positive integer extent", arg, item);
+    shape.push_back(d);
+    if (comma == text.size()) break;
+    pos = comma + 1;
+  }
+  return shape;
+}
+
+std::string input_list(const ir::Graph& g) {
+  std::vector<std::string> names;
+  for (const ir::Node* n : input_variables(g)) names.push_back(n->name);
+  return names.empty() ? "none" : fmt::format("{}", fmt::join(names, ", "));
+}
+
+ir::Node& variable(ir::Graph& g, const std::string& name) {
+  const std::optional<int32_t> i = g.find_var(name);
+  if (!i) fail("the model has no variable '{}' (its inputs: {})", name, input_list(g));
+  return g.nodes[*i];
+}
+
+}  // namespace
+
+std::map<std::string, ir::Shape> parse_shape_args(const std::vector<std::string>& args) {
+  std::map<std::string, ir::Shape> shapes;
+  for (const std::string& arg : args) {
+    auto [name, dims] = split_assignment("--shape", arg, "D0,D1,...");
+    ir::Shape shape = parse_extents(arg, dims);
+    if (!shapes.emplace(name, std::move(shape)).second) fail("--shape: '{}' is given twice", name);
+  }
+  return shapes;
+}
+
+std::map<std::string, std::string> parse_input_args(const std::vector<std::string>& args) {
+  std::map<std::string, std::string> files;
+  for (const std::string& arg : args) {
+    auto [name, path] = split_assignment("--inputs", arg, "FILE.npy");
+    if (!files.emplace(name, path).second) fail("--inputs: '{}' is given twice", name);
+  }
+  return files;
+}
+
+ir::Graph load_model_file(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) fail("{}: no such file", path);
+  ir::MxnetImportOptions opts;
+  opts.infer = false;  // shapes from the command line come first
+  return ir::load_mxnet_json_file(path, opts);
+}
+
+void set_variable_types(ir::Graph& g, const std::map<std::string, ir::TensorType>& types) {
+  for (const auto& [name, type] : types) variable(g, name).outputs = {type};
+}
+
+void set_variable_shapes(ir::Graph& g, const std::map<std::string, ir::Shape>& shapes) {
+  for (const auto& [name, shape] : shapes) {
+    ir::Node& v = variable(g, name);
+    const ir::DType dtype = v.outputs.empty() ? ir::DType::f32 : v.outputs[0].dtype;
+    v.outputs = {ir::TensorType{dtype, shape}};
+  }
+}
+
+std::vector<const ir::Node*> input_variables(const ir::Graph& g) {
+  std::vector<const ir::Node*> inputs;
+  for (const ir::Node& n : g.nodes)
+    if (n.is_var() && n.role == ir::VarRole::input) inputs.push_back(&n);
+  return inputs;
+}
+
+std::vector<std::string> inputs_needing_shapes(const ir::Graph& g) {
+  std::map<int32_t, bool> feeds_non_label;
+  for (const ir::Node& n : g.nodes) {
+    const ir::OpDef* def = ir::OpRegistry::global().find(n.op);
+    for (size_t k = 0; k < n.inputs.size(); ++k) {
+      const bool label = def && !def->inputs.empty() && def->slot(k).name == "label";
+      feeds_non_label[n.inputs[k].node] |= !label;
+    }
+  }
+  std::vector<std::string> needed, labels;
+  for (const ir::Node* n : input_variables(g)) {
+    if (!n->outputs.empty()) continue;
+    const int32_t i = *g.find_var(n->name);
+    (feeds_non_label[i] ? needed : labels).push_back(n->name);
+  }
+  return needed.empty() ? labels : needed;
+}
+
+void infer_types_naming_missing_shapes(ir::Graph& g) {
+  try {
+    ir::infer_types(g);
+  } catch (const Error& e) {
+    const std::vector<std::string> missing = inputs_needing_shapes(g);
+    if (missing.empty()) throw;
+    std::vector<std::string> flags;
+    for (const std::string& name : missing) flags.push_back(fmt::format("--shape {}=D0,D1,...", name));
+    fail("{} (the shape of {} is unknown: give {})", e.what(), fmt::join(missing, ", "), fmt::join(flags, " "));
+  }
+}
+
+std::map<std::string, int> op_histogram(const ir::Graph& g) {
+  std::map<std::string, int> ops;
+  for (const ir::Node& n : g.nodes)
+    if (!n.is_var()) ++ops[n.op];
+  return ops;
+}
+
+}  // namespace ampfuse::tools

@@ -1,0 +1,40 @@
+// What the commands share: parsing --shape and --inputs, and loading a model file.
+#pragma once
+
+#include "ir/graph.h"
+
+#include <map>
+#include <string>
+#include <vector>
+
+namespace ampfuse::tools {
+
+// "--shape NAME=D0,D1,..." arguments, by name. Throws ampfuse::Error quoting the argument
+// on bad syntax, a non-positive or non-integer extent, or a name given twice.
+std::map<std::string, ir::Shape> parse_shape_args(const std::vector<std::string>& args);
+
+// "--inputs NAME=FILE.npy" arguments: file path by name. Same error rules.
+std::map<std::string, std::string> parse_input_args(const std::vector<std::string>& args);
+
+// Reads an MXNet *-symbol.json without type inference. Throws naming the file.
+ir::Graph load_model_file(const std::string& path);
+
+// Gives each named variable its type: `shape` with the dtype it already has (f32 if none).
+// Throws ampfuse::Error for a name that is not a variable of the graph, listing the inputs.
+void set_variable_types(ir::Graph& g, const std::map<std::string, ir::TensorType>& types);
+void set_variable_shapes(ir::Graph& g, const std::map<std::string, ir::Shape>& shapes);
+
+// The graph's input variables (not weights), in graph order.
+std::vector<const ir::Node*> input_variables(const ir::Graph& g);
+
+// Inputs without a type that the user has to give. Labels (SoftmaxOutput's `label`) are
+// left out while something else is missing: their shape follows from the data.
+std::vector<std::string> inputs_needing_shapes(const ir::Graph& g);
+
+// ir::infer_types; when it fails while inputs lack shapes, the error names the --shape to give.
+void infer_types_naming_missing_shapes(ir::Graph& g);
+
+// Op name -> number of nodes.
+std::map<std::string, int> op_histogram(const ir::Graph& g);
+
+}  // namespace ampfuse::tools

@@ -1,0 +1,186 @@
+#include "tools/report.h"
+
+#include "tools/model_input.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+namespace ampfuse::tools {
+
+namespace {
+
+nlohmann::json type_fields(const std::optional<ir::TensorType>& t) {
+  if (!t) return {{"shape", nullptr}, {"dtype", nullptr}};
+  return {{"shape", t->shape}, {"dtype", std::string(ir::dtype_name(t->dtype))}};
+}
+
+nlohmann::json named_type_json(const NamedType& v) {
+  nlohmann::json j = {{"name", v.name}};
+  j.update(type_fields(v.type));
+  return j;
+}
+
+nlohmann::json optional_number(const std::optional<double>& v) { return v ? nlohmann::json(*v) : nlohmann::json(); }
+
+std::string type_text(const std::optional<ir::TensorType>& t) { return t ? ir::type_str(*t) : "unknown shape"; }
+
+size_t name_width(const std::vector<NamedType>& vs) {
+  size_t w = 0;
+  for (const NamedType& v : vs) w = std::max(w, v.name.size());
+  return w;
+}
+
+std::string ops_text(const ModelSummary& m) {
+  std::vector<std::pair<std::string, int>> ops(m.ops.begin(), m.ops.end());
+  std::stable_sort(ops.begin(), ops.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+  std::vector<std::string> items;
+  for (const auto& [op, count] : ops) items.push_back(fmt::format("{} {}", op, count));
+  return fmt::format("{}", fmt::join(items, ", "));
+}
+
+std::string model_header(const ModelSummary& m) {
+  return fmt::format("model:   {}\nnodes:   {} ({} ops, {} variables)\nops:     {}\n", m.model, m.nodes, m.op_nodes,
+                     m.nodes - m.op_nodes, ops_text(m));
+}
+
+nlohmann::json model_json(const ModelSummary& m) {
+  return {{"model", m.model}, {"nodes", m.nodes}, {"op_nodes", m.op_nodes}, {"ops", m.ops}};
+}
+
+std::string number_text(const std::optional<double>& v) { return v ? fmt::format("{:.6g}", *v) : "-"; }
+
+}  // namespace
+
+ModelSummary summarize_model(const ir::Graph& g, std::string model) {
+  ModelSummary m;
+  m.model = std::move(model);
+  m.nodes = g.nodes.size();
+  m.ops = op_histogram(g);
+  for (const auto& [op, count] : m.ops) m.op_nodes += static_cast<size_t>(count);
+  return m;
+}
+
+InfoReport make_info_report(const ir::Graph& g, std::string model) {
+  InfoReport r;
+  r.model = summarize_model(g, std::move(model));
+  for (const ir::Node* n : input_variables(g))
+    r.inputs.push_back({n->name, n->outputs.empty() ? std::nullopt : std::optional(n->outputs[0])});
+  int64_t elements = 0;
+  bool all_known = true;
+  for (const ir::Node& n : g.nodes) {
+    if (!n.is_var() || n.role == ir::VarRole::input) continue;
+    ++(n.role == ir::VarRole::param ? r.params : r.aux);
+    if (n.outputs.empty())
+      all_known = false;
+    else
+      elements += ir::num_elements(n.outputs[0].shape);
+  }
+  if (all_known) r.weight_elements = elements;
+  std::vector<NamedType> outputs;
+  for (size_t k = 0; k < g.outputs.size(); ++k) {
+    const ir::Node& n = g.node(g.outputs[k]);
+    if (static_cast<size_t>(g.outputs[k].index) >= n.outputs.size()) return r;
+    outputs.push_back({g.output_name(k), n.outputs[g.outputs[k].index]});
+  }
+  r.outputs = std::move(outputs);
+  return r;
+}
+
+nlohmann::json to_json(const InfoReport& r) {
+  nlohmann::json j = model_json(r.model);
+  j["inputs"] = nlohmann::json::array();
+  for (const NamedType& v : r.inputs) j["inputs"].push_back(named_type_json(v));
+  j["params"] = {{"count", r.params}, {"aux", r.aux},
+                 {"elements", r.weight_elements ? nlohmann::json(*r.weight_elements) : nlohmann::json()}};
+  if (r.outputs) {
+    j["outputs"] = nlohmann::json::array();
+    for (const NamedType& v : *r.outputs) j["outputs"].push_back(named_type_json(v));
+  } else {
+    j["outputs"] = nullptr;
+    j["missing_shapes"] = r.missing_shapes;
+    j["error"] = r.inference_error;
+  }
+  return j;
+}
+
+std::string to_text(const InfoReport& r) {
+  std::string out = model_header(r.model);
+  out += "inputs:\n";
+  const size_t w = name_width(r.inputs);
+  for (const NamedType& v : r.inputs) out += fmt::format("  {:<{}}  {}\n", v.name, w, type_text(v.type));
+  out += fmt::format("weights: {} params, {} aux states, {} elements\n", r.params, r.aux,
+                     r.weight_elements ? fmt::format("{}", *r.weight_elements) : "unknown number of");
+  if (r.outputs) {
+    out += "outputs:\n";
+    const size_t ow = name_width(*r.outputs);
+    for (const NamedType& v : *r.outputs) out += fmt::format("  {:<{}}  {}\n", v.name, ow, type_text(v.type));
+    return out;
+  }
+  out += "outputs: unknown\n";
+  if (!r.missing_shapes.empty()) {
+    std::vector<std::string> flags;
+    for (const std::string& name : r.missing_shapes) flags.push_back(fmt::format("--shape {}=D0,D1,...", name));
+    out += fmt::format("  give the input shapes to infer them: {}\n", fmt::join(flags, " "));
+  } else {
+    out += fmt::format("  {}\n", r.inference_error);
+  }
+  return out;
+}
+
+TensorSummary summarize_tensor(std::string name, const runtime::Tensor& t) {
+  TensorSummary s{std::move(name), t.type(), {}, {}, {}, 0};
+  double lo = INFINITY, hi = -INFINITY, sum = 0;
+  int64_t finite = 0;
+  for (int64_t i = 0; i < t.size(); ++i) {
+    const double v = t.get_f64(i);
+    if (!std::isfinite(v)) {
+      ++s.nonfinite;
+      continue;
+    }
+    lo = std::min(lo, v);
+    hi = std::max(hi, v);
+    sum += v;
+    ++finite;
+  }
+  if (finite > 0) {
+    s.min = lo;
+    s.max = hi;
+    s.mean = sum / static_cast<double>(finite);
+  }
+  return s;
+}
+
+nlohmann::json to_json(const RunReport& r) {
+  nlohmann::json j = model_json(r.model);
+  j["seed"] = r.seed;
+  j["run_ms"] = r.run_ms;
+  j["outputs"] = nlohmann::json::array();
+  for (const TensorSummary& s : r.outputs) {
+    nlohmann::json o = named_type_json({s.name, s.type});
+    o["min"] = optional_number(s.min);
+    o["max"] = optional_number(s.max);
+    o["mean"] = optional_number(s.mean);
+    o["nonfinite"] = s.nonfinite;
+    j["outputs"].push_back(std::move(o));
+  }
+  j["saved"] = r.saved_files;
+  return j;
+}
+
+std::string to_text(const RunReport& r) {
+  std::string out = model_header(r.model);
+  out += fmt::format("seed:    {}\nrun:     {:.3f} ms (reference interpreter)\noutputs:\n", r.seed, r.run_ms);
+  size_t w = 0;
+  for (const TensorSummary& s : r.outputs) w = std::max(w, s.name.size());
+  for (const TensorSummary& s : r.outputs) {
+    const int64_t n = ir::num_elements(s.type.shape);
+    out += fmt::format("  {:<{}}  {}  min {}  max {}  mean {}  finite {}/{}\n", s.name, w, ir::type_str(s.type),
+                       number_text(s.min), number_text(s.max), number_text(s.mean), n - s.nonfinite, n);
+  }
+  for (const std::string& f : r.saved_files) out += fmt::format("saved:   {}\n", f);
+  return out;
+}
+
+}  // namespace ampfuse::tools

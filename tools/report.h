@@ -1,0 +1,67 @@
+// What `ampfuse info` and `ampfuse run` report, and its two renderings (text for people,
+// one JSON object for scripts). Commands fill these structs; every field a report shows
+// is rendered here, so a new field (an AMP comparison, fused-kernel counts) is added in
+// one place for both formats.
+#pragma once
+
+#include "ir/graph.h"
+#include "runtime/tensor.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace ampfuse::tools {
+
+// A named value whose type may not be known (an input without --shape).
+struct NamedType {
+  std::string name;
+  std::optional<ir::TensorType> type;
+};
+
+struct ModelSummary {
+  std::string model;  // file path, or "<default>"
+  size_t nodes = 0;     // all nodes, variables included
+  size_t op_nodes = 0;  // nodes that are not variables
+  std::map<std::string, int> ops;
+};
+ModelSummary summarize_model(const ir::Graph& g, std::string model);
+
+struct InfoReport {
+  ModelSummary model;
+  std::vector<NamedType> inputs;
+  int params = 0, aux = 0;        // weight and auxiliary-state variables
+  std::optional<int64_t> weight_elements;  // all params and aux, once every one has a type
+  std::optional<std::vector<NamedType>> outputs;  // nullopt: types could not be inferred
+  std::vector<std::string> missing_shapes;  // inputs that need --shape
+  std::string inference_error;              // why the outputs are unknown
+};
+// `g` after (attempted) type inference.
+InfoReport make_info_report(const ir::Graph& g, std::string model);
+nlohmann::json to_json(const InfoReport& r);
+std::string to_text(const InfoReport& r);
+
+// Summary numbers of one output; min, max and mean are over its finite elements.
+struct TensorSummary {
+  std::string name;
+  ir::TensorType type;
+  std::optional<double> min, max, mean;  // nullopt when no element is finite
+  int64_t nonfinite = 0;
+};
+TensorSummary summarize_tensor(std::string name, const runtime::Tensor& t);
+
+struct RunReport {
+  ModelSummary model;
+  uint64_t seed = 0;
+  double run_ms = 0;
+  std::vector<TensorSummary> outputs;
+  std::vector<std::string> saved_files;
+};
+nlohmann::json to_json(const RunReport& r);
+std::string to_text(const RunReport& r);
+
+}  // namespace ampfuse::tools
