@@ -72,8 +72,10 @@ Layout classify(const std::vector<int64_t>& shape, const std::vector<int64_t>& s
   return row_major ? Layout::contiguous : Layout::strided;
 }
 
-StrideClass stride_class(int64_t extent, int64_t stride) {
-  if (extent == 1 || stride == 0) return StrideClass::zero;
+// By value even where the extent is 1 (the index there is always 0): a batch of one must
+// not change the key of a kernel compiled for a larger batch.
+StrideClass stride_class(int64_t stride) {
+  if (stride == 0) return StrideClass::zero;
   return stride == 1 ? StrideClass::unit : StrideClass::general;
 }
 
@@ -203,7 +205,7 @@ KernelSignature signature(const KernelSpec& spec) {
     s.layout = classify(spec.shape, o.strides);
     if (s.layout == Layout::strided) {
       any_strided = true;
-      for (size_t d = 0; d < spec.shape.size(); ++d) s.strides.push_back(stride_class(spec.shape[d], o.strides[d]));
+      for (size_t d = 0; d < spec.shape.size(); ++d) s.strides.push_back(stride_class(o.strides[d]));
       reach = std::max(reach, max_offset(spec.shape, o.strides));
     }
     return s;

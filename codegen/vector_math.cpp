@@ -217,7 +217,7 @@ Value* erf_f32(llvm::IRBuilder<>& b, Value* x) {
   mid = f.sel(f.ge(a, f.c(4)), f.c(1), mid);  // erf rounds to 1 from about 3.83
 
   Value* r = f.sel(f.lt(a, f.c(0.5)), small, f.copysign(mid, x));
-  return f.sel(f.is_nan(x), x, r);
+  return f.sel(b.CreateOr(f.is_nan(x), f.eq(x, f.c(0))), x, r);  // keeps -0
 }
 
 // log2 of a positive double as in log_core, to about 2^-50 relative: the atanh series to

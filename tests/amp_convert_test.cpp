@@ -459,7 +459,7 @@ TEST(AmpConvertClasses, SourcesAreMadeInTheTypeTheirReadersWant) {
     CHECK: %a = FullyConnected(%zeros,
     CHECK: %half_bfloat16 = _full() {dtype=bf16, shape=[2,8], value=0.5} : bf16[2,8]
     CHECK-NEXT: %b = FullyConnected(%half_bfloat16,
-    CHECK: %third_amp_cast_bfloat16 = amp_cast(%third)
+    CHECK: %third_output_amp_cast_bfloat16 = amp_cast(%third)
     CHECK: %e = exp(%half))");
 }
 
