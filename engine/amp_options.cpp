@@ -44,7 +44,8 @@ AmpPolicy::AmpPolicy(const AmpOptions& opts) : target_(opts.target) {
     class_of_[name] = c;
     if (c == ir::AmpClass::cond_fp32) {
       const auto& cond = target_ == ir::DType::bf16 ? def.cond_fp32_bf16 : def.cond_fp32_fp16;
-      if (!cond) fail("internal: op '{}' is conditional-fp32 for {} without a condition", name, ir::dtype_name(target_));
+      if (!cond)
+        fail("internal: op '{}' is conditional-fp32 for {} without a condition", name, ir::dtype_name(target_));
       conditions_[name] = {{{name, cond->attr, cond->values}}, cond->otherwise};
     }
   }
@@ -94,8 +95,10 @@ const std::vector<std::string>& AmpPolicy::ops(ir::AmpClass c) const { return li
 
 ir::AmpClass AmpPolicy::op_class(std::string_view op) const {
   auto it = class_of_.find(op);
-  if (it == class_of_.end()) ir::OpRegistry::global().get(op);  // throws with a suggestion
-  if (it == class_of_.end()) fail("op '{}' was registered after the AMP policy was built", op);
+  if (it == class_of_.end()) {
+    ir::OpRegistry::global().get(op);  // an unknown op: throws, suggesting a close name
+    fail("op '{}' was registered after the AMP policy was built", op);
+  }
   return it->second;
 }
 

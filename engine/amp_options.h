@@ -52,7 +52,7 @@ struct AmpOptions {
   std::string layout;
 };
 
-// The four classes a node can run as (cond_fp32 is resolved per node).
+// The five classes, in the order the lists are reported.
 inline constexpr std::array<ir::AmpClass, 5> kAmpClasses = {
     ir::AmpClass::lowp, ir::AmpClass::fp32, ir::AmpClass::widest, ir::AmpClass::cond_fp32,
     ir::AmpClass::neutral};

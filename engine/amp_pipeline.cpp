@@ -28,8 +28,9 @@ int count_params_in(const ir::Graph& g, ir::DType t) {
 void count_precisions(const ir::Graph& g, ir::DType target, AmpStats& s) {
   for (const ir::Node& n : g.nodes) {
     if (n.is_var() || is_cast(n)) continue;
-    const bool low = std::any_of(n.outputs.begin(), n.outputs.end(), [&](const ir::TensorType& t) { return t.dtype == target; });
-    const bool has_float = std::any_of(n.outputs.begin(), n.outputs.end(), [](const ir::TensorType& t) { return ir::is_float(t.dtype); });
+    const auto any_output = [&](auto pred) { return std::any_of(n.outputs.begin(), n.outputs.end(), pred); };
+    const bool low = any_output([&](const ir::TensorType& t) { return t.dtype == target; });
+    const bool has_float = any_output([](const ir::TensorType& t) { return ir::is_float(t.dtype); });
     if (low)
       ++s.lp16_nodes;
     else if (has_float)
@@ -59,7 +60,8 @@ ir::Graph convert_for_amp(ir::Graph g, const AmpOptions& opts, AmpStats* stats) 
          cast_fold(x);
        }},
   };
-  if (!opts.layout.empty()) steps.push_back({"layout-optimize", [&](ir::Graph& x) { layout_optimize(x, opts.layout); }});
+  if (!opts.layout.empty())
+    steps.push_back({"layout-optimize", [&](ir::Graph& x) { layout_optimize(x, opts.layout); }});
   steps.push_back({"dce", [](ir::Graph& x) { dce(x); }});
   run_pipeline(g, steps);
 

@@ -278,6 +278,41 @@ TEST(AmpConvertMxnetCases, NeutralOpsDoNotDependOnOrder) {
   }
 }
 
+// A neutral op whose input exists low only because of a Dense further down, feeding a
+// widest op whose other input exists low only because of another Dense: one forward sweep
+// in the first order would run both in f32.
+const char* kLateEvidenceFirst = R"(graph {
+  %x = var input : f32[4,8]
+  %y = var input : f32[4,8]
+  %w = var param : f32[8,8]
+  %r = relu(%x)
+  %sum = elemwise_add(%r, %y)
+  %fy = FullyConnected(%y, %w) {num_hidden=8, no_bias=true}
+  %fx = FullyConnected(%x, %w) {num_hidden=8, no_bias=true}
+  return %sum, %fy, %fx
+})";
+const char* kLateEvidenceLast = R"(graph {
+  %x = var input : f32[4,8]
+  %y = var input : f32[4,8]
+  %w = var param : f32[8,8]
+  %fx = FullyConnected(%x, %w) {num_hidden=8, no_bias=true}
+  %fy = FullyConnected(%y, %w) {num_hidden=8, no_bias=true}
+  %r = relu(%x)
+  %sum = elemwise_add(%r, %y)
+  return %sum, %fy, %fx
+})";
+
+TEST(AmpConvertMxnetCases, DecisionsWaitForEvidenceFromLaterNodes) {
+  for (const char* text : {kLateEvidenceFirst, kLateEvidenceLast}) {
+    ir::Graph g;
+    // Casts down: x, y, w; back up: the three outputs. Low: those, r, sum, fy, fx.
+    EXPECT_EQ(convert_and_count(text, options(DType::bf16), &g), (AmpCounts{7, 3, 3}));
+    EXPECT_FILECHECK(ir::print_graph(g), R"(
+      CHECK-DAG: %r = relu(%x_amp_cast_bfloat16) : bf16[4,8]
+      CHECK-DAG: %sum = elemwise_add(%r, %y_amp_cast_bfloat16) : bf16[4,8])");
+  }
+}
+
 // Two FullyConnected share data, weight and bias; fc1 carries MXNet's DisableAMP flag.
 const char* kNodeExcluding = R"(graph {
   %data = var input : f32[4,16]
@@ -594,7 +629,9 @@ TEST(AmpConvertRecurrent, UnrolledLstmStoresWeightsLowOffline) {
     EXPECT_EQ(var_type(g, w), DType::f16) << w;
     for (const ir::Node& n : g.nodes)
       for (ir::ValueRef in : n.inputs)
-        if (in.node == *g.find_var(w)) EXPECT_EQ(n.op, "FullyConnected") << w << " read by " << n.name;
+        if (in.node == *g.find_var(w)) {
+          EXPECT_EQ(n.op, "FullyConnected") << w << " read by " << n.name;
+        }
   }
 }
 

@@ -30,8 +30,8 @@ bool is_cast(const ir::Node& n) { return n.op == "amp_cast" || n.op == "Cast"; }
 // How one op node runs after conversion.
 struct Plan {
   bool low = false;
-  std::vector<DType> reads;                // the type each input is read in
-  std::vector<ir::TensorType> outs;        // output types (only when low)
+  std::vector<DType> reads;          // the type each input is read in
+  std::vector<ir::TensorType> outs;  // output types (only when low)
 };
 
 class Converter {
@@ -170,7 +170,8 @@ class Converter {
     for (ValueRef o : g_.outputs) other_reads[o.node]++;
     for (int32_t i = 0; i < static_cast<int32_t>(g_.nodes.size()); ++i) {
       const ir::Node& n = g_.nodes[i];
-      const bool candidate = (n.is_var() && n.role == ir::VarRole::param && opts_.cast_params_offline) || exact_source(i);
+      const bool offline_param = n.is_var() && n.role == ir::VarRole::param && opts_.cast_params_offline;
+      const bool candidate = offline_param || exact_source(i);
       if (candidate && castable(n.outputs[0].dtype) && n.outputs[0].dtype != target_ && low_reads[i] > 0 &&
           other_reads[i] == 0)
         stored_low_[i] = true;

@@ -90,15 +90,29 @@ std::optional<Movable> movable(const ir::Graph& g, const ir::Node& n) {
   const ir::Shape& data = g.type(n.inputs[0]).shape;
   Movable m{data.size(), {0}, {0}, n.attrs};
   if (!has_layouts(m.rank)) return std::nullopt;
-  if (n.op == "BatchNorm") {
-    int64_t axis = n.attrs.get_int("axis");
+  // Where an axis of the data lands once the data is channels-last.
+  const auto relocate_axis = [&](const char* attr) {
+    int64_t axis = n.attrs.get_int(attr);
     if (axis < 0) axis += static_cast<int64_t>(m.rank);
-    m.attrs.set("axis", to_first(m.rank)[axis]);  // where that axis lands after to_last
+    m.attrs.set(attr, to_first(m.rank)[axis]);
+  };
+  if (n.op == "BatchNorm") {
+    relocate_axis("axis");
     return m;
   }
   if (n.op == "Pooling") {
     if (!channels_first(n, m.rank)) return std::nullopt;
     m.attrs.set("layout", std::string(kLastLayout[m.rank - 3]));
+    return m;
+  }
+  // A split would need a transpose per output to move, more than the one it removes, so
+  // only the join takes part.
+  if (n.op == "Concat" || n.op == "concat") {
+    for (size_t k = 1; k < n.inputs.size(); ++k) {
+      if (g.type(n.inputs[k]).shape.size() != m.rank) return std::nullopt;
+      m.inputs.push_back(k);
+    }
+    relocate_axis("dim");
     return m;
   }
   if (n.op == "amp_multicast") {

@@ -13,8 +13,9 @@ namespace ampfuse::engine {
 //  - each such op gets transposes into channels-last on its data and weight and one back
 //    to channels-first on its output;
 //  - a transpose back to channels-first sinks below the ops that do not care about layout
-//    (same-shape elementwise ops and casts, amp_multicast, BatchNorm with its axis moved,
-//    Pooling with its layout switched) and a transpose into channels-last rises above
+//    (same-shape elementwise ops and casts, amp_multicast, BatchNorm and Concat with their
+//    axis moved, Pooling with its layout switched) and a transpose into channels-last
+//    rises above
 //    them, whenever that does not add transposes; so regions grow to take those ops in;
 //  - a transpose of a transpose becomes one, an identity transpose disappears, and two
 //    equal transposes of one value become one.
