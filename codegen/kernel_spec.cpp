@@ -19,6 +19,18 @@ std::string operand_label(const KernelSpec& spec, int k) {
   return fmt::format("{} {} '{}'", k < n_in ? "input" : "output", k < n_in ? k : k - n_in, o.name);
 }
 
+// The largest element offset an operand can reach: sum over d of (extent-1) * stride.
+int64_t max_offset(const std::vector<int64_t>& shape, const std::vector<int64_t>& strides) {
+  int64_t total = 0;
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (shape[d] == 0) return 0;
+    int64_t term = 0;
+    if (__builtin_mul_overflow(shape[d] - 1, strides[d], &term) || __builtin_add_overflow(total, term, &total))
+      return std::numeric_limits<int64_t>::max();
+  }
+  return total;
+}
+
 void validate_operand(const KernelSpec& spec, const OperandSpec& o, int k, bool is_output) {
   if (o.strides.size() != spec.shape.size())
     fail("kernel '{}': {} has {} strides for rank {}", spec.name, operand_label(spec, k), o.strides.size(),
@@ -33,6 +45,9 @@ void validate_operand(const KernelSpec& spec, const OperandSpec& o, int k, bool 
       fail("kernel '{}': {} broadcasts (stride 0) along dimension {} of extent {}", spec.name,
            operand_label(spec, k), d, spec.shape[d]);
   }
+  // Generated code computes offsets without overflow checks.
+  if (max_offset(spec.shape, o.strides) == std::numeric_limits<int64_t>::max())
+    fail("kernel '{}': {} addresses elements beyond 2^63", spec.name, operand_label(spec, k));
 }
 
 void validate_body(const KernelSpec& spec) {
@@ -77,18 +92,6 @@ Layout classify(const std::vector<int64_t>& shape, const std::vector<int64_t>& s
 StrideClass stride_class(int64_t stride) {
   if (stride == 0) return StrideClass::zero;
   return stride == 1 ? StrideClass::unit : StrideClass::general;
-}
-
-// The largest element offset an operand can reach: sum over d of (extent-1) * stride.
-int64_t max_offset(const std::vector<int64_t>& shape, const std::vector<int64_t>& strides) {
-  int64_t total = 0;
-  for (size_t d = 0; d < shape.size(); ++d) {
-    if (shape[d] == 0) return 0;
-    int64_t term = 0;
-    if (__builtin_mul_overflow(shape[d] - 1, strides[d], &term) || __builtin_add_overflow(total, term, &total))
-      return std::numeric_limits<int64_t>::max();
-  }
-  return total;
 }
 
 char layout_char(Layout l) {

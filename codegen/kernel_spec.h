@@ -54,7 +54,10 @@ struct KernelSpec {
   int64_t num_elements() const;
   // Throws ampfuse::Error naming the kernel and the operand, dimension or instruction at fault.
   void validate() const;
-  // Structure without sizes: equal keys mean one compiled kernel serves both specs.
+  // Structure without sizes: equal keys mean one compiled kernel serves both specs. Stride
+  // classes are taken by value, so a batch of one keeps the key of a larger batch; only an
+  // extent of 1 that makes a strided operand contiguous (or a transpose a copy) changes it,
+  // for a faster kernel. Throws like validate().
   std::string cache_key() const;
 };
 
@@ -73,8 +76,9 @@ enum class Layout : uint8_t {
   strided,     // anything else: walked with its per-dimension strides
 };
 
-// Per dimension of a strided operand: the generated code multiplies only by `general`
-// strides and can vectorize `unit` inner strides as plain loads and stores.
+// Per dimension of a strided operand, by the stride's value (extent-1 dimensions included):
+// the generated code multiplies only by `general` strides and can vectorize `unit` inner
+// strides as plain loads and stores.
 enum class StrideClass : uint8_t { zero, unit, general };
 
 struct OperandSignature {

@@ -1,14 +1,17 @@
 // LLVM IR for a kernel signature: one function over a flat index range.
 //
 // The function is `void symbol(i64 begin, i64 end, const KernelArgs* args)`
-// (codegen/kernel_abi.h). Two loop shapes:
+// (codegen/kernel_abi.h). Loop shapes (codegen/flat_loops.cpp, strided_loops.cpp):
 //   flat     every operand contiguous or scalar: one loop over [begin, end) whose body the
 //            loop vectorizer widens; a second copy with non-temporal stores, taken when
 //            args->streaming is set, for outputs too large to be worth caching;
 //   strided  some operand permuted or broadcast along a dimension: `begin` is split into a
 //            multi-index once, then an outer loop walks rows of the innermost dimension
 //            and an inner loop (the vectorized one) runs along a row. Offsets are int32 or
-//            int64 as the signature's wide_index says.
+//            int64 as the signature's wide_index says;
+//   tiled    a transpose (an operand with a large innermost stride but unit stride one
+//            dimension out): whole [rows, columns] slabs with the two loops interchanged,
+//            so that operand is walked contiguously; partial slabs take the strided rows.
 // Operands are assumed not to overlap (scoped noalias metadata), which is what lets loops
 // with many operands vectorize without run-time alias checks: an output must not share
 // memory with an input or another output. Flags are or-reduced in registers and stored

@@ -125,7 +125,6 @@ TEST(CodegenMath, PowStaysWithinOneUlp) {
 }
 
 TEST(CodegenMath, SpecialValuesExactly) {
-  GTEST_SKIP() << "known failure, left open: #4: vector math special values still in progress at the end of session 1";
   // Hand-checked results that every libm agrees on.
   runtime::KernelCache cache;
   auto eval = [&](ScalarOp op, float x) {

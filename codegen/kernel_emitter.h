@@ -1,0 +1,94 @@
+// The LLVM IR emitter's internals, shared by its source files: kernel_emitter.cpp (arguments,
+// one element, flags), flat_loops.cpp and strided_loops.cpp (the loop shapes). The public
+// interface is codegen/llvm_emitter.h.
+#pragma once
+
+#include "codegen/kernel_spec.h"
+
+#include <llvm/IR/IRBuilder.h>
+#include <llvm/IR/Module.h>
+
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace ampfuse::codegen::detail {
+
+using llvm::Value;
+
+// Field numbers of KernelArgs (codegen/kernel_abi.h).
+enum ArgField : unsigned { kData, kShape, kStrides, kParams, kFlags, kStreaming };
+
+// Streaming loops start on 64-element boundaries of 64-byte aligned outputs: an aligned
+// 64-byte line for every dtype, so every full-width vector store is aligned.
+inline constexpr int64_t kStreamAlignElements = 64;
+inline constexpr unsigned kStreamAlignBytes = 64;
+// Marks the functions whose proven-aligned vector stores become non-temporal.
+inline constexpr const char* kStreamingAttribute = "ampfuse-streaming";
+
+// Tiled transposes walk the second-innermost dimension in blocks of at most this many
+// elements: long inner loops, while a block's cache lines of the other operands (strided
+// in that direction) still fit in L2 when they are revisited for the next column.
+inline constexpr int64_t kTileBlock = 1024;
+
+// Emits the functions of one kernel into a module; emit() picks the loop shape.
+class KernelEmitter {
+ public:
+  KernelEmitter(const KernelSignature& sig, llvm::Module& module);
+  void emit(const std::string& symbol);
+
+ private:
+  int num_inputs() const { return static_cast<int>(sig_.inputs.size()); }
+  int num_operands() const { return num_inputs() + static_cast<int>(sig_.outputs.size()); }
+  const OperandSignature& operand(int k) const {
+    return k < num_inputs() ? sig_.inputs[k] : sig_.outputs[k - num_inputs()];
+  }
+
+  // Starts a kernel-signature function: its entry block loads the arguments.
+  llvm::Function* begin_function(const std::string& name, llvm::GlobalValue::LinkageTypes linkage);
+  void load_arguments();
+  void make_alias_scopes();
+  void emit_flat_loop(bool streaming);
+  void emit_flat_dispatch(const std::string& symbol, llvm::Function* loop, llvm::Function* stream);
+  void emit_strided();
+  // Transposes: whole slabs of the two innermost dimensions with the loops interchanged.
+  bool wants_tiles() const;
+  void emit_tiles();
+  void emit_tiled_dispatch(const std::string& symbol, llvm::Function* rows, llvm::Function* tiles);
+  // for (iv = from; iv < to; iv += step) body(iv), for from < to (checked by the caller).
+  void counted_loop(const char* name, Value* from, Value* to, Value* step, const std::function<void(Value*)>& body);
+  // Offset of a strided operand's element: `base` plus index * stride for the listed dims.
+  Value* strided_offset(int k, Value* base, const std::vector<std::pair<int, Value*>>& dims);
+  // One element: loads at `offsets` (nullptr: element 0), the body, the stores, and the
+  // flag accumulators updated from `flags_in`.
+  std::vector<Value*> emit_element(const std::vector<Value*>& offsets, const std::vector<Value*>& flags_in);
+  void store_flags(const std::vector<Value*>& accumulators);
+  Value* field(ArgField f);
+  // Offset arithmetic in index_type_. Offsets are non-negative and below 2^31 (int32) or
+  // 2^63 (validate() rejects more), so it never wraps; saying so lets LLVM widen and
+  // analyse the strided accesses as affine.
+  Value* to_index(Value* v) { return b_.CreateTrunc(v, index_type_, "", true, true); }
+  Value* offset_add(Value* a, Value* b) { return b_.CreateAdd(a, b, "", true, true); }
+  Value* offset_mul(Value* a, Value* b) { return b_.CreateMul(a, b, "", true, true); }
+
+  const KernelSignature& sig_;
+  llvm::LLVMContext& ctx_;
+  llvm::Module& module_;
+  llvm::IRBuilder<> b_;
+  llvm::Type* compute_;
+  llvm::Type* index_type_;  // i32 or i64, for strided offsets
+  llvm::StructType* args_type_;
+  llvm::FunctionType* fn_type_;
+  llvm::Function* fn_ = nullptr;
+  Value* begin_ = nullptr;
+  Value* end_ = nullptr;
+  Value* args_ = nullptr;
+  std::vector<Value*> base_;                  // per operand
+  std::vector<Value*> params_;                // in the compute type
+  std::vector<Value*> shape_;                 // i64 extents (strided kernels)
+  std::vector<std::vector<Value*>> strides_;  // per operand and dimension, index_type_
+  std::vector<llvm::MDNode*> scope_, noalias_;
+};
+
+}  // namespace ampfuse::codegen::detail
