@@ -1,5 +1,7 @@
 #include "engine/fusion_plan.h"
 
+#include "codegen/kernel_spec.h"
+
 #include "ir/error.h"
 #include "ir/op_registry.h"
 #include "ir/ops/tensor_shapes.h"
@@ -34,7 +36,9 @@ const std::set<std::string, std::less<>> kRemapOps = {"transpose", "slice", "sli
 
 // Composition: first `outer` (iteration -> node output index), then `inner` (node output
 // index -> input index).
-AccessMap compose(const AccessMap& inner, const AccessMap& outer) {
+}  // namespace
+
+AccessMap compose_maps(const AccessMap& inner, const AccessMap& outer) {
   AccessMap r;
   for (size_t k = 0; k < inner.iter_dim.size(); ++k) {
     const int32_t j = inner.iter_dim[k];
@@ -50,6 +54,8 @@ AccessMap compose(const AccessMap& inner, const AccessMap& outer) {
   }
   return r;
 }
+
+namespace {
 
 bool is_permutation(const AccessMap& a, size_t out_rank) {
   if (a.iter_dim.size() != out_rank) return false;
@@ -76,16 +82,26 @@ AccessMap broadcast_access(const ir::Shape& in, const ir::Shape& out) {
   return m;
 }
 
-// The shape an elementwise op's input is read as (OpDef::broadcast_view), else its own.
-ir::Shape viewed_shape(const Graph& g, int32_t n, size_t i) {
+}  // namespace
+
+ir::Shape operand_shape(const Graph& g, int32_t n, size_t i) {
   const Node& node = g.nodes[n];
   const ir::Shape& in = g.type(node.inputs[i]).shape;
   const ir::OpDef& def = ir::OpRegistry::global().get(node.op);
-  if (def.broadcast_view) return def.broadcast_view(node.attrs, i, in, node.outputs[0].shape);
+  if (fusion_role(node) == FusionRole::elementwise && def.broadcast_view)
+    return def.broadcast_view(node.attrs, i, in, node.outputs[0].shape);
   return in;
 }
 
-}  // namespace
+ir::DType node_compute_type(const Graph& g, int32_t n) {
+  const Node& node = g.nodes[n];
+  std::vector<ir::DType> dtypes;
+  for (const ir::TensorType& t : node.outputs) dtypes.push_back(t.dtype);
+  // A remap only moves values: its compute type just has to hold them exactly.
+  if (fusion_role(node) != FusionRole::remap)
+    for (ValueRef in : node.inputs) dtypes.push_back(g.type(in).dtype);
+  return codegen::default_compute_type(dtypes);
+}
 
 FusionRole fusion_role(const Node& n) {
   const ir::OpDef& def = ir::OpRegistry::global().get(n.op);
@@ -101,7 +117,7 @@ AccessMap input_access(const Graph& g, int32_t n, size_t i) {
   const ir::Shape& out = node.outputs.at(0).shape;
   const ir::Shape& in = g.type(node.inputs.at(i)).shape;
   switch (fusion_role(node)) {
-    case FusionRole::elementwise: return broadcast_access(viewed_shape(g, n, i), out);
+    case FusionRole::elementwise: return broadcast_access(operand_shape(g, n, i), out);
     case FusionRole::remap: {
       if (node.op == "transpose") {
         const auto perm = ir::transpose_permutation(in, node.attrs.get_ints("axes"));
@@ -134,7 +150,10 @@ class Planner {
       const Node& node = g_.nodes[n];
       if (node.is_var()) continue;
       const FusionRole role = fusion_role(node);
-      if (role == FusionRole::elementwise || role == FusionRole::remap) {
+      // A remap of 64-bit integers would pass through the f64 compute type and lose bits
+      // above 2^53: such a node runs as an external op.
+      const bool exact_remap = role != FusionRole::remap || node.outputs[0].dtype != ir::DType::i64;
+      if ((role == FusionRole::elementwise || role == FusionRole::remap) && exact_remap) {
         if (!opts_.fuse || !try_join(n)) start_group(n);
       } else {
         steps_.push_back(Step{role == FusionRole::view ? Kind::view : Kind::external, {n}, {}, {}, {}});
@@ -153,6 +172,7 @@ class Planner {
     std::vector<AccessMap> maps;  // fused: per node
     ir::Shape iteration;
     std::set<int32_t> deps;       // steps whose values this step reads
+    ir::DType compute = ir::DType::f32;
     bool merged_away = false;     // its nodes moved into another group
   };
 
@@ -223,7 +243,9 @@ class Planner {
           std::find(candidates.begin(), candidates.end(), s) == candidates.end())
         candidates.push_back(s);
     }
+    const ir::DType compute = node_compute_type(g_, n);
     for (int32_t s : candidates) {
+      if (steps_[s].compute != compute) continue;
       std::optional<AccessMap> m = required_map(n, s);
       if (!m) continue;
       bool cycle = false;
@@ -239,7 +261,8 @@ class Planner {
       // n may also read other groups under the same map (two casts feeding one multiply):
       // fold them in, so that leaves started on their own do not stay separate kernels.
       for (int32_t other : candidates)
-        if (other != s && steps_[other].iteration == steps_[s].iteration && required_map(n, other) == m)
+        if (other != s && steps_[other].iteration == steps_[s].iteration && steps_[other].compute == compute &&
+            required_map(n, other) == m)
           try_merge(s, other);
       return true;
     }
@@ -270,7 +293,7 @@ class Planner {
     for (int32_t d : b.deps)
       if (d != into) a.deps.insert(d);
     a.deps.erase(from);
-    b = Step{Kind::fused, {}, {}, {}, {}, true};
+    b = Step{Kind::fused, {}, {}, {}, {}, ir::DType::f32, true};
     for (Step& st : steps_)
       if (st.deps.erase(from)) st.deps.insert(into);
     steps_[into].deps.erase(into);
@@ -278,7 +301,7 @@ class Planner {
 
   void start_group(int32_t n) {
     const ir::Shape& shape = g_.nodes[n].outputs.at(0).shape;
-    steps_.push_back(Step{Kind::fused, {n}, {AccessMap::identity(shape.size())}, shape, {}});
+    steps_.push_back(Step{Kind::fused, {n}, {AccessMap::identity(shape.size())}, shape, {}, node_compute_type(g_, n)});
     step_of_[n] = static_cast<int32_t>(steps_.size() - 1);
     add_deps(n, step_of_[n]);
   }
@@ -286,6 +309,7 @@ class Planner {
   FusedKernel make_kernel(const Step& s) const {
     FusedKernel k;
     k.iteration = s.iteration;
+    k.compute = s.compute;
     k.nodes = s.nodes;
     k.node_maps = s.maps;
     const int32_t self = step_of_[s.nodes[0]];
@@ -294,9 +318,7 @@ class Planner {
       const Node& node = g_.nodes[n];
       for (size_t i = 0; i < node.inputs.size(); ++i) {
         if (producer_step(node.inputs[i]) == self) continue;
-        const ir::Shape shape = fusion_role(node) == FusionRole::elementwise ? viewed_shape(g_, n, i)
-                                                                           : g_.type(node.inputs[i]).shape;
-        KernelOperand op{node.inputs[i], shape, compose(input_access(g_, n, i), s.maps[idx])};
+        KernelOperand op{node.inputs[i], operand_shape(g_, n, i), compose_maps(input_access(g_, n, i), s.maps[idx])};
         if (std::find(k.inputs.begin(), k.inputs.end(), op) == k.inputs.end()) k.inputs.push_back(op);
       }
     }
@@ -355,12 +377,12 @@ class Planner {
   std::vector<Step> steps_;
 };
 
+}  // namespace
+
 std::string value_name(const Graph& g, ValueRef v) {
   const Node& n = g.nodes[v.node];
   return v.index == 0 ? "%" + n.name : fmt::format("%{}:{}", n.name, v.index);
 }
-
-}  // namespace
 
 Plan plan_fusion(const Graph& g, const PlannerOptions& opts) { return Planner(g, opts).run(); }
 

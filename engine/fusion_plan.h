@@ -48,6 +48,10 @@ struct KernelOperand {
 
 struct FusedKernel {
   ir::Shape iteration;          // the iteration space
+  // The type every node of the kernel computes in: the reference interpreter's choice for
+  // each of them (codegen::default_compute_type), so a kernel matches it bit for bit. Nodes
+  // with different compute types never share a kernel.
+  ir::DType compute = ir::DType::f32;
   std::vector<int32_t> nodes;   // the graph nodes it computes, in graph order
   // For each node of `nodes`, the access map of its outputs (a permutation of the
   // iteration index: the map every output of that node is computed under).
@@ -80,10 +84,25 @@ enum class FusionRole : uint8_t {
 };
 FusionRole fusion_role(const ir::Node& n);
 
+// The compute type the reference interpreter evaluates node n in (f64 for f64 or integer
+// operands, else f32).
+ir::DType node_compute_type(const ir::Graph& g, int32_t n);
+
 // The access map of node n's input `i` relative to n's output index (its output 0): which
 // input element each output element reads. Throws ampfuse::Error for nodes whose role is
 // external or view.
 AccessMap input_access(const ir::Graph& g, int32_t n, size_t i);
+
+// The shape node n's input i is indexed as inside a kernel: OpDef::broadcast_view's view
+// for elementwise ops that declare one (PReLU's gamma), else the value's own shape.
+ir::Shape operand_shape(const ir::Graph& g, int32_t n, size_t i);
+
+// The map of `inner` (node output index -> input index) read under `outer` (iteration
+// index -> node output index): iteration index -> input index.
+AccessMap compose_maps(const AccessMap& inner, const AccessMap& outer);
+
+// "%name" for output 0 of a node, "%name:k" for output k: how dumps name values.
+std::string value_name(const ir::Graph& g, ir::ValueRef v);
 
 struct PlannerOptions {
   bool fuse = true;  // false: every fusable node becomes a kernel of its own (the unfused path)

@@ -66,8 +66,6 @@ std::vector<Tensor> run_kernel(const ir::Node& n, const std::vector<Tensor>& inp
 }
 
 std::vector<Tensor> run_op(const ir::Node& n, const std::vector<std::vector<Tensor>>& values) {
-  const ir::OpDef& def = ir::OpRegistry::global().get(n.op);
-  if (n.outputs.empty()) fail("output types are not inferred (run type inference first)");
   std::vector<Tensor> inputs;
   inputs.reserve(n.inputs.size());
   for (size_t k = 0; k < n.inputs.size(); ++k) {
@@ -80,10 +78,16 @@ std::vector<Tensor> run_op(const ir::Node& n, const std::vector<std::vector<Tens
     if (t.empty_storage()) fail("input {} (node {}, output {}) is not available", k, in.node, in.index);
     inputs.push_back(t);
   }
-  return def.recipe ? run_recipe(def, n, inputs) : run_kernel(n, inputs);
+  return run_node(n, inputs);
 }
 
 }  // namespace
+
+std::vector<Tensor> run_node(const ir::Node& n, const std::vector<Tensor>& inputs) {
+  const ir::OpDef& def = ir::OpRegistry::global().get(n.op);
+  if (n.outputs.empty()) fail("output types are not inferred (run type inference first)");
+  return def.recipe ? run_recipe(def, n, inputs) : run_kernel(n, inputs);
+}
 
 std::vector<Tensor> interpret(const ir::Graph& g, const Bindings& vars) {
   std::map<ir::ValueRef, int> remaining = ir::use_counts(g);

@@ -24,6 +24,11 @@ using Bindings = std::map<std::string, Tensor>;
 // node that failed.
 std::vector<Tensor> interpret(const ir::Graph& g, const Bindings& vars);
 
+// Runs one op node (types inferred) on its input tensors: the recipe for elementwise ops,
+// the reference kernel otherwise. What interpret() does per node; the executor's fallback
+// for external ops. A result may share its buffer with an input (a view).
+std::vector<Tensor> run_node(const ir::Node& n, const std::vector<Tensor>& inputs);
+
 // Evaluates a scalar program elementwise. `inputs[i]` has `out_shape` or broadcasts to it
 // (numpy rules, right-aligned; size-1 extents broadcast). Outputs are allocated with
 // `out_types` (same shape). The reference path for every elementwise op.

@@ -40,6 +40,7 @@ Tensor::Tensor(TensorType type) : type_(std::move(type)) {
       bytes > (size_t{1} << 46))
     fail("tensor {} is too large to allocate", ir::type_str(type_));
   data_ = allocate(bytes);
+  capacity_ = bytes;
 }
 
 Tensor Tensor::zeros(TensorType type) {
@@ -89,6 +90,16 @@ Tensor Tensor::reshaped(Shape s) const {
   Tensor t = *this;
   t.type_.shape = std::move(s);
   return t;
+}
+
+Tensor Tensor::reinterpreted(TensorType t) const {
+  const int64_t n = ir::num_elements(t.shape);
+  if (static_cast<size_t>(n) * ir::dtype_size(t.dtype) > capacity_)
+    fail("cannot view a buffer of {} bytes as {}", capacity_, ir::type_str(t));
+  Tensor r = *this;
+  r.type_ = std::move(t);
+  r.size_ = n;
+  return r;
 }
 
 Tensor cast(const Tensor& t, DType to) {

@@ -44,10 +44,18 @@ class Tensor {
   Tensor clone() const;
   // Same buffer, new shape with the same element count (throws otherwise).
   Tensor reshaped(Shape s) const;
+  // Same buffer seen as another type that fits in it (throws otherwise): how the executor
+  // reuses a dead value's buffer for a new one.
+  Tensor reinterpreted(TensorType t) const;
+  // No other Tensor shares this buffer.
+  bool sole_owner() const { return data_.use_count() == 1; }
+  // Bytes the buffer holds (at least bytes()).
+  size_t capacity() const { return capacity_; }
 
  private:
   TensorType type_;
   int64_t size_ = 0;
+  size_t capacity_ = 0;
   std::shared_ptr<std::byte[]> data_;
 };
 

@@ -1,0 +1,38 @@
+// The differential check: a graph run fused equals the reference interpreter.
+//
+// Inputs are seeded random values with NaN, +-Inf, +-0, subnormals and values beyond the
+// f16 range planted in them. Outputs must match bit for bit (NaNs of any payload count as
+// equal; +0 and -0 as equal only where the kernel holds max/min, whose zero sign is free,
+// see ir/scalar_program.h), except in graphs with a transcendental op, which must match
+// within kTranscendentalUlps units in the last place of the output dtype.
+#pragma once
+
+#include "engine/executor.h"
+#include "ir/graph.h"
+
+#include <cstdint>
+#include <string>
+
+namespace ampfuse::engine {
+
+// The bound for graphs with one transcendental op: the largest bound of
+// codegen/vector_math.h (tanh, 3 ulp in f32) plus one rounding of each op after it.
+inline constexpr int kTranscendentalUlps = 6;
+
+struct DifferentialResult {
+  bool ok = true;
+  std::string message;  // the first mismatch: output, element index, both values
+  int kernels = 0;
+  int fused_nodes = 0;
+};
+
+// Runs `g` (types inferred) on the interpreter and fused (Executable with `opts`) on the
+// same inputs (seeded by `seed`) and compares, exactly or within `ulps` when ulps > 0.
+DifferentialResult compare_fused_with_interpreter(const ir::Graph& g, uint64_t seed, int ulps,
+                                                  const ExecutorOptions& opts = {});
+
+// random_fusable_graph(seed) through compare_fused_with_interpreter. Never throws: an
+// error while building, compiling or running is a failure whose message names the seed.
+DifferentialResult check_random_graph(uint64_t seed, const ExecutorOptions& opts = {});
+
+}  // namespace ampfuse::engine
