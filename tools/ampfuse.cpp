@@ -27,7 +27,9 @@ int main(int argc, char** argv) {
              "Exit status: 0 on success, 1 on any error (printed as 'ampfuse: error: ...'),\n"
              "2 from 'info --json' when output shapes could not be inferred.");
   std::vector<ampfuse::tools::Command> commands = {ampfuse::tools::add_info_command(app),
-                                                   ampfuse::tools::add_run_command(app)};
+                                                   ampfuse::tools::add_run_command(app),
+                                                   ampfuse::tools::add_convert_command(app),
+                                                   ampfuse::tools::add_fuzz_command(app)};
   try {
     // CLI11 would only say "a subcommand is required" for a misspelt one.
     if (argc > 1 && argv[1][0] != '-' &&

@@ -1,14 +1,21 @@
-// `ampfuse run [MODEL.json]`: runs a model (the embedded default one without MODEL) on the
-// reference interpreter with seeded random values for everything --inputs leaves unbound.
+// `ampfuse run [MODEL.json]`: runs a model (the embedded default one without MODEL) with
+// seeded random values for everything --inputs leaves unbound: converted for AMP when --amp
+// says so, planned into fused kernels and compiled (or op by op with --no-fuse, or on the
+// reference interpreter with --interpreter), timed against the f32 graph run unfused.
+#include "engine/amp_pipeline.h"
 #include "engine/default_model.h"
+#include "engine/executor.h"
 #include "ir/error.h"
 #include "runtime/interpreter.h"
 #include "runtime/npy.h"
+#include "tools/amp_args.h"
 #include "tools/commands.h"
 #include "tools/model_input.h"
 #include "tools/report.h"
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <memory>
 #include <set>
@@ -24,6 +31,11 @@ struct RunOptions {
   std::string save_dir;
   uint64_t seed = 0;
   bool json = false;
+  AmpArgs amp;
+  bool no_fuse = false;
+  bool interpreter = false;
+  bool no_baseline = false;
+  int repeat = 5;
 };
 
 constexpr const char* kDefaultModelName = "<default>";
@@ -84,7 +96,73 @@ std::vector<std::string> save_outputs(const std::string& dir, const ir::Graph& g
   return files;
 }
 
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+}
+
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Runs `run` `repeat` times; returns the median milliseconds and the last outputs.
+template <class Fn>
+std::pair<double, std::vector<runtime::Tensor>> timed_runs(int repeat, Fn&& run) {
+  std::vector<double> times;
+  std::vector<runtime::Tensor> outputs;
+  for (int k = 0; k < repeat; ++k) {
+    const auto t0 = std::chrono::steady_clock::now();
+    outputs = run();
+    times.push_back(ms_since(t0));
+  }
+  return {median(times), std::move(outputs)};
+}
+
+// Bindings for the converted graph: a weight stored in low precision offline
+// (--cast-params-offline) is the f32 value rounded once.
+runtime::Bindings bindings_for(const ir::Graph& g, const runtime::Bindings& f32_vars) {
+  runtime::Bindings vars;
+  for (const ir::Node& n : g.nodes) {
+    if (!n.is_var()) continue;
+    const auto it = f32_vars.find(n.name);
+    if (it == f32_vars.end()) continue;
+    vars[n.name] = it->second.dtype() == n.outputs[0].dtype ? it->second : runtime::cast(it->second, n.outputs[0].dtype);
+  }
+  return vars;
+}
+
+int count_shared_casts(const ir::Graph& g) {
+  const std::map<ir::ValueRef, int> uses = ir::use_counts(g);
+  int shared = 0;
+  for (int32_t i = 0; i < static_cast<int32_t>(g.nodes.size()); ++i) {
+    const std::string& op = g.nodes[i].op;
+    if ((op == "amp_cast" || op == "Cast") && uses.count({i, 0}) && uses.at({i, 0}) > 1) ++shared;
+  }
+  return shared;
+}
+
+PlanSummary summarize_plan(const engine::Executable& exe, double cold_ms, double cached_ms, bool fused) {
+  const engine::CompileStats& cs = exe.compile_stats();
+  PlanSummary p;
+  p.fused = fused;
+  p.kernels = cs.kernels;
+  p.fused_nodes = cs.fused_nodes;
+  p.external_ops = cs.external_ops;
+  p.views = cs.views;
+  for (const engine::PlanStep& step : exe.plan().steps)
+    if (const auto* k = std::get_if<engine::FusedKernel>(&step)) ++p.ops_per_kernel[static_cast<int>(k->nodes.size())];
+  p.compilations = cs.compilations;
+  p.compile_cold_ms = cold_ms;
+  p.compile_cached_ms = cached_ms;
+  p.fallbacks = cs.fallbacks;
+  p.slow_external = cs.slow_external;
+  return p;
+}
+
 int run_model(const RunOptions& o) {
+  if (o.repeat < 1) fail("--repeat {}: must be at least 1", o.repeat);
+  if (o.interpreter && o.no_fuse) fail("--interpreter and --no-fuse: choose one");
+  const std::optional<engine::AmpOptions> amp = o.amp.options();
   const std::map<std::string, ir::Shape> shapes = parse_shape_args(o.shapes);
   runtime::Bindings given;
   for (const auto& [name, path] : parse_input_args(o.inputs))
@@ -93,16 +171,62 @@ int run_model(const RunOptions& o) {
   const ir::Graph g = o.model.empty() ? default_model(shapes, given) : model_from_file(o.model, shapes, given);
   const runtime::Bindings vars = runtime::random_bindings(g, o.seed, given);
 
-  const auto start = std::chrono::steady_clock::now();
-  const std::vector<runtime::Tensor> outputs = runtime::interpret(g, vars);
-  const std::chrono::duration<double, std::milli> elapsed = std::chrono::steady_clock::now() - start;
-
   RunReport r;
   r.model = summarize_model(g, o.model.empty() ? kDefaultModelName : o.model);
   r.seed = o.seed;
-  r.run_ms = elapsed.count();
-  for (size_t k = 0; k < outputs.size(); ++k) r.outputs.push_back(summarize_tensor(g.output_name(k), outputs[k]));
-  if (!o.save_dir.empty()) r.saved_files = save_outputs(o.save_dir, g, outputs);
+  r.runs = o.repeat;
+  r.engine = o.interpreter ? "interpreter" : o.no_fuse ? "unfused" : "fused";
+
+  ir::Graph run_graph = g;
+  if (amp) {
+    engine::AmpStats st;
+    run_graph = engine::convert_for_amp(g, *amp, &st);
+    r.amp = AmpSummary{o.amp.amp,     st.casts_inserted, st.casts_removed, st.casts_final, count_shared_casts(run_graph),
+                       st.params_offline, st.lp16_nodes,  st.fp32_nodes};
+  }
+  const runtime::Bindings run_vars = bindings_for(run_graph, vars);
+
+  std::vector<runtime::Tensor> outputs;
+  if (o.interpreter) {
+    std::tie(r.run_ms, outputs) = timed_runs(o.repeat, [&] { return runtime::interpret(run_graph, run_vars); });
+  } else {
+    engine::ExecutorOptions eo;
+    eo.fuse = !o.no_fuse;
+    auto t0 = std::chrono::steady_clock::now();
+    const engine::Executable exe = engine::Executable::compile(run_graph, eo);
+    const double cold_ms = ms_since(t0);
+    t0 = std::chrono::steady_clock::now();
+    engine::Executable::compile(run_graph, eo);
+    const double cached_ms = ms_since(t0);
+    r.plan = summarize_plan(exe, cold_ms, cached_ms, eo.fuse);
+    std::tie(r.run_ms, outputs) = timed_runs(o.repeat, [&] { return exe.run(run_vars); });
+  }
+
+  if (!o.no_baseline) {
+    engine::ExecutorOptions eo;
+    eo.fuse = false;
+    const engine::Executable baseline = engine::Executable::compile(g, eo);
+    auto [ms, reference] = timed_runs(o.repeat, [&] { return baseline.run(vars); });
+    r.baseline_ms = ms;
+    double max_abs = 0, max_rel = 0;
+    for (size_t k = 0; k < outputs.size(); ++k) {
+      const std::vector<double> a = runtime::to_f64_vector(outputs[k]), b = runtime::to_f64_vector(reference[k]);
+      double largest = 0, diff = 0;
+      for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
+        if (std::isfinite(b[i])) largest = std::max(largest, std::fabs(b[i]));
+        if (std::isnan(a[i]) && std::isnan(b[i])) continue;
+        const double d = std::fabs(a[i] - b[i]);
+        diff = std::isnan(d) ? INFINITY : std::max(diff, d);
+      }
+      max_abs = std::max(max_abs, diff);
+      max_rel = std::max(max_rel, largest > 0 ? diff / largest : diff);
+    }
+    r.max_abs_error = max_abs;
+    r.max_rel_error = max_rel;
+  }
+
+  for (size_t k = 0; k < outputs.size(); ++k) r.outputs.push_back(summarize_tensor(run_graph.output_name(k), outputs[k]));
+  if (!o.save_dir.empty()) r.saved_files = save_outputs(o.save_dir, run_graph, outputs);
 
   if (o.json)
     fmt::print("{}\n", to_json(r).dump(2));
@@ -116,7 +240,7 @@ int run_model(const RunOptions& o) {
 Command add_run_command(CLI::App& parent) {
   auto o = std::make_shared<RunOptions>();
   CLI::App* cmd = parent.add_subcommand(
-      "run", "Run a model on the reference interpreter and summarize its outputs.");
+      "run", "Run a model (AMP-converted with --amp), fused and compiled, and report plan, timing, error and outputs.");
   cmd->add_option("model", o->model,
                   "MXNet *-symbol.json file; without it, the embedded default model (a conv block and a "
                   "GELU MLP block on data of shape N,3,32,32)")
@@ -133,9 +257,19 @@ Command add_run_command(CLI::App& parent) {
                   "Write each output to DIR/<output name>.npy (bf16 as float32), creating DIR")
       ->type_name("DIR");
   cmd->add_option("--seed", o->seed, "Seed of the random values of unbound variables (default 0)")->type_name("N");
+  add_amp_args(*cmd, o->amp, "Convert for automatic mixed precision first (default off)", true);
+  cmd->add_flag("--no-fuse", o->no_fuse, "Run op by op: one compiled kernel per elementwise op");
+  cmd->add_flag("--interpreter", o->interpreter, "Run on the reference interpreter instead of compiled kernels");
+  cmd->add_option("--repeat", o->repeat, "Timed runs; the report gives the median (default 5)")->type_name("N");
+  cmd->add_flag("--no-baseline", o->no_baseline,
+                "Skip the f32 unfused baseline run (no speed-up and no error in the report)");
   cmd->add_flag("--json", o->json,
-                "Print one JSON object {model, nodes, op_nodes, ops, seed, run_ms, outputs: [{name, shape, dtype, "
-                "min, max, mean, nonfinite}], saved}; min, max and mean are over finite elements");
+                "Print one JSON object {model, nodes, op_nodes, ops, engine, seed, runs, run_ms, "
+                "baseline_f32_unfused_ms, max_abs_error, max_rel_error, amp: {target, casts_inserted, casts_removed, "
+                "casts_final, casts_reused, params_offline, lp16_nodes, fp32_nodes} or null, plan: {fused, kernels, "
+                "fused_ops, external_ops, views, ops_per_kernel, compilations, compile_cold_ms, compile_cached_ms, "
+                "fallbacks, slow_external} or null, outputs: [{name, shape, dtype, min, max, mean, nonfinite}], "
+                "saved}; min, max and mean are over finite elements");
   cmd->footer("Variables without --inputs get seeded random values: inputs uniform in [-1, 1), weights\n"
               "scaled by 1/sqrt(fan-in), BatchNorm variances in [0.5, 1.5), token ids below the vocabulary\n"
               "of the Embedding that reads them. The same seed gives the same values on every platform.");

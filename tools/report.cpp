@@ -154,8 +154,39 @@ TensorSummary summarize_tensor(std::string name, const runtime::Tensor& t) {
 
 nlohmann::json to_json(const RunReport& r) {
   nlohmann::json j = model_json(r.model);
+  j["engine"] = r.engine;
   j["seed"] = r.seed;
+  j["runs"] = r.runs;
   j["run_ms"] = r.run_ms;
+  j["baseline_f32_unfused_ms"] = optional_number(r.baseline_ms);
+  j["max_abs_error"] = optional_number(r.max_abs_error);
+  j["max_rel_error"] = optional_number(r.max_rel_error);
+  if (r.amp) {
+    const AmpSummary& a = *r.amp;
+    j["amp"] = {{"target", a.target},           {"casts_inserted", a.casts_inserted}, {"casts_removed", a.casts_removed},
+                {"casts_final", a.casts_final}, {"casts_reused", a.casts_reused},     {"params_offline", a.params_offline},
+                {"lp16_nodes", a.lp16_nodes},   {"fp32_nodes", a.fp32_nodes}};
+  } else {
+    j["amp"] = nullptr;
+  }
+  if (r.plan) {
+    const PlanSummary& p = *r.plan;
+    nlohmann::json per_kernel = nlohmann::json::object();
+    for (const auto& [ops, count] : p.ops_per_kernel) per_kernel[std::to_string(ops)] = count;
+    j["plan"] = {{"fused", p.fused},
+                 {"kernels", p.kernels},
+                 {"fused_ops", p.fused_nodes},
+                 {"external_ops", p.external_ops},
+                 {"views", p.views},
+                 {"ops_per_kernel", per_kernel},
+                 {"compilations", p.compilations},
+                 {"compile_cold_ms", p.compile_cold_ms},
+                 {"compile_cached_ms", p.compile_cached_ms},
+                 {"fallbacks", p.fallbacks},
+                 {"slow_external", p.slow_external}};
+  } else {
+    j["plan"] = nullptr;
+  }
   j["outputs"] = nlohmann::json::array();
   for (const TensorSummary& s : r.outputs) {
     nlohmann::json o = named_type_json({s.name, s.type});
@@ -171,7 +202,36 @@ nlohmann::json to_json(const RunReport& r) {
 
 std::string to_text(const RunReport& r) {
   std::string out = model_header(r.model);
-  out += fmt::format("seed:    {}\nrun:     {:.3f} ms (reference interpreter)\noutputs:\n", r.seed, r.run_ms);
+  if (r.amp) {
+    const AmpSummary& a = *r.amp;
+    out += fmt::format("amp:     {}: {} ops in {}, {} in f32; casts {} inserted, {} folded away, {} left ({} shared by "
+                       "several readers), {} weights stored in {}\n",
+                       a.target, a.lp16_nodes, a.target, a.fp32_nodes, a.casts_inserted, a.casts_removed, a.casts_final,
+                       a.casts_reused, a.params_offline, a.target);
+  } else {
+    out += "amp:     off (f32)\n";
+  }
+  if (r.plan) {
+    const PlanSummary& p = *r.plan;
+    std::vector<std::string> sizes;
+    for (auto it = p.ops_per_kernel.rbegin(); it != p.ops_per_kernel.rend(); ++it)
+      sizes.push_back(fmt::format("{}x{}", it->second, it->first));
+    out += fmt::format("plan:    {} kernels holding {} ops (kernels x ops: {}), {} external ops, {} views{}\n", p.kernels,
+                       p.fused_nodes, fmt::join(sizes, " "), p.external_ops, p.views, p.fused ? "" : " (--no-fuse)");
+    out += fmt::format("compile: {:.1f} ms cold ({} kernels compiled), {:.2f} ms cached\n", p.compile_cold_ms,
+                       p.compilations, p.compile_cached_ms);
+    for (const std::string& f : p.fallbacks) out += fmt::format("WARNING: interpreter fallback: {}\n", f);
+    for (const std::string& f : p.slow_external) out += fmt::format("WARNING: slow oneDNN implementation: {}\n", f);
+  }
+  out += fmt::format("seed:    {}\n", r.seed);
+  out += fmt::format("latency: {:.3f} ms {} (median of {})", r.run_ms, r.engine, r.runs);
+  if (r.baseline_ms)
+    out += fmt::format("; f32 unfused {:.3f} ms; speed-up {:.2f}x", *r.baseline_ms, *r.baseline_ms / std::max(r.run_ms, 1e-9));
+  out += "\n";
+  if (r.max_abs_error)
+    out += fmt::format("error:   vs f32: largest |difference| {:.3g}, relative to the largest |value| {:.3g}\n",
+                       *r.max_abs_error, *r.max_rel_error);
+  out += "outputs:\n";
   size_t w = 0;
   for (const TensorSummary& s : r.outputs) w = std::max(w, s.name.size());
   for (const TensorSummary& s : r.outputs) {

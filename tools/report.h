@@ -54,10 +54,38 @@ struct TensorSummary {
 };
 TensorSummary summarize_tensor(std::string name, const runtime::Tensor& t);
 
+// What the AMP passes did (run --amp bf16|fp16).
+struct AmpSummary {
+  std::string target;
+  int casts_inserted = 0, casts_removed = 0, casts_final = 0;
+  int casts_reused = 0;  // casts in the result read by more than one op
+  int params_offline = 0, lp16_nodes = 0, fp32_nodes = 0;
+};
+
+// How the graph was planned and compiled (not for --interpreter).
+struct PlanSummary {
+  bool fused = true;
+  int kernels = 0, fused_nodes = 0, external_ops = 0, views = 0;
+  std::map<int, int> ops_per_kernel;  // ops in a kernel -> how many kernels
+  int compilations = 0;                // kernels compiled by the first (cold) compile
+  double compile_cold_ms = 0;          // first compile
+  double compile_cached_ms = 0;        // the same graph again: every kernel from the cache
+  std::vector<std::string> fallbacks, slow_external;
+};
+
 struct RunReport {
   ModelSummary model;
+  std::string engine;  // "fused", "unfused" or "interpreter"
   uint64_t seed = 0;
-  double run_ms = 0;
+  int runs = 1;
+  double run_ms = 0;  // median over `runs`
+  // The f32 graph run unfused (one kernel per op), median over `runs`; nullopt without it.
+  std::optional<double> baseline_ms;
+  std::optional<AmpSummary> amp;
+  std::optional<PlanSummary> plan;
+  // Largest difference of any output element to the f32 baseline run: absolute, and
+  // relative to the largest |value| of that output.
+  std::optional<double> max_abs_error, max_rel_error;
   std::vector<TensorSummary> outputs;
   std::vector<std::string> saved_files;
 };

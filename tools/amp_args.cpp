@@ -1,0 +1,50 @@
+#include "tools/amp_args.h"
+
+#include "ir/error.h"
+
+namespace ampfuse::tools {
+
+std::optional<engine::AmpOptions> AmpArgs::options() const {
+  engine::AmpOptions o;
+  if (amp == "off") {
+    const bool overridden = !lp16_ops.empty() || !fp32_ops.empty() || !widest_ops.empty() || !neutral_ops.empty() ||
+                            !exclude.empty() || cast_params_offline || cast_narrow || !layout.empty();
+    if (overridden) fail("--amp off: the AMP options (op lists, --exclude, --cast-params-offline, --layout) need --amp bf16 or fp16");
+    return std::nullopt;
+  }
+  if (amp == "bf16") o.target = ir::DType::bf16;
+  else if (amp == "fp16") o.target = ir::DType::f16;
+  else fail("--amp {}: expected off, bf16 or fp16", amp);
+  o.lp16_ops = lp16_ops;
+  o.fp32_ops = fp32_ops;
+  o.widest_ops = widest_ops;
+  o.neutral_ops = neutral_ops;
+  o.excluded_nodes = exclude;
+  o.cast_params_offline = cast_params_offline;
+  o.cast_narrow = cast_narrow;
+  if (!layout.empty() && layout != "nhwc") fail("--layout {}: the only layout is nhwc", layout);
+  o.layout = layout;
+  return o;
+}
+
+void add_amp_args(CLI::App& cmd, AmpArgs& a, const std::string& amp_help, bool overrides) {
+  cmd.add_option("--amp", a.amp, amp_help)->type_name("off|bf16|fp16");
+  if (!overrides) return;
+  cmd.add_option("--lp16-ops", a.lp16_ops, "Ops that run in the low-precision type (comma-separated)")
+      ->delimiter(',')
+      ->type_name("OP,...");
+  cmd.add_option("--fp32-ops", a.fp32_ops, "Ops that stay in f32")->delimiter(',')->type_name("OP,...");
+  cmd.add_option("--widest-ops", a.widest_ops, "Ops that run in the widest type of their inputs (amp_multicast)")
+      ->delimiter(',')
+      ->type_name("OP,...");
+  cmd.add_option("--neutral-ops", a.neutral_ops, "Ops that run in whatever type their inputs have")
+      ->delimiter(',')
+      ->type_name("OP,...");
+  cmd.add_option("--exclude", a.exclude, "Node names that stay in f32")->delimiter(',')->type_name("NAME,...");
+  cmd.add_flag("--cast-params-offline", a.cast_params_offline,
+               "Store a weight in the low-precision type when every reader casts it");
+  cmd.add_flag("--cast-narrow", a.cast_narrow, "Widest-type ops with mixed inputs run in low precision");
+  cmd.add_option("--layout", a.layout, "Put convolution regions in channels-last (nhwc)")->type_name("nhwc");
+}
+
+}  // namespace ampfuse::tools

@@ -1,0 +1,93 @@
+// `ampfuse convert MODEL.json --amp bf16|fp16 -o OUT.json`: the AMP passes over a model,
+// written back as MXNet symbol JSON (amp_cast / amp_multicast spelled as MXNet 1.9 loads them).
+#include "engine/amp_pipeline.h"
+#include "ir/error.h"
+#include "ir/mxnet_json.h"
+#include "tools/amp_args.h"
+#include "tools/commands.h"
+#include "tools/model_input.h"
+
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+#include <memory>
+
+namespace ampfuse::tools {
+
+namespace {
+
+struct ConvertOptions {
+  std::string model;
+  std::vector<std::string> shapes;
+  AmpArgs amp;
+  std::string output;
+  bool json = false;
+};
+
+int run_convert(const ConvertOptions& o) {
+  const std::optional<engine::AmpOptions> amp = o.amp.options();
+  if (!amp) fail("--amp: convert needs a target, bf16 or fp16");
+  const std::map<std::string, ir::Shape> shapes = parse_shape_args(o.shapes);
+  ir::Graph g = load_model_file(o.model);
+  with_context("--shape", [&] { set_variable_shapes(g, shapes); });
+  infer_types_naming_missing_shapes(g);
+  const size_t op_nodes_before = g.nodes.size();
+  engine::AmpStats stats;
+  const ir::Graph converted = engine::convert_for_amp(std::move(g), *amp, &stats);
+
+  const std::string text = ir::export_mxnet_json(converted);
+  std::ofstream out(o.output, std::ios::binary);
+  if (!out) fail("-o {}: cannot open the file for writing", o.output);
+  out << text;
+  out.close();
+  if (!out) fail("-o {}: writing failed", o.output);
+
+  if (o.json) {
+    nlohmann::json j;
+    j["model"] = o.model;
+    j["output"] = o.output;
+    j["target"] = o.amp.amp;
+    j["nodes_before"] = op_nodes_before;
+    j["nodes_after"] = converted.nodes.size();
+    j["casts_inserted"] = stats.casts_inserted;
+    j["casts_removed"] = stats.casts_removed;
+    j["casts_final"] = stats.casts_final;
+    j["params_offline"] = stats.params_offline;
+    j["lp16_nodes"] = stats.lp16_nodes;
+    j["fp32_nodes"] = stats.fp32_nodes;
+    j["op_classes"] = stats.class_counts;
+    fmt::print("{}\n", j.dump(2));
+  } else {
+    fmt::print("{} -> {} ({})\n", o.model, o.output, o.amp.amp);
+    fmt::print("casts:   {} inserted, {} removed by folding, {} in the result\n", stats.casts_inserted,
+               stats.casts_removed, stats.casts_final);
+    fmt::print("nodes:   {} in {}, {} in f32 ({} weights stored in {})\n", stats.lp16_nodes, o.amp.amp,
+               stats.fp32_nodes, stats.params_offline, o.amp.amp);
+    std::string classes;
+    for (const auto& [cls, n] : stats.class_counts) classes += fmt::format(" {} {}", cls, n);
+    fmt::print("classes:{}\n", classes);
+  }
+  return 0;
+}
+
+}  // namespace
+
+Command add_convert_command(CLI::App& parent) {
+  auto o = std::make_shared<ConvertOptions>();
+  CLI::App* cmd = parent.add_subcommand(
+      "convert", "Convert a model for automatic mixed precision and write it as MXNet symbol JSON.");
+  cmd->add_option("model", o->model, "MXNet *-symbol.json file")->required()->type_name("MODEL.json");
+  cmd->add_option("--shape", o->shapes, "Shape of an input (repeatable)")
+      ->allow_extra_args(false)
+      ->type_name("NAME=D0,D1,...");
+  add_amp_args(*cmd, o->amp, "Low-precision type (required)", true);
+  cmd->add_option("-o,--output", o->output, "Where to write the converted symbol JSON")
+      ->required()
+      ->type_name("OUT.json");
+  cmd->add_flag("--json", o->json,
+                "Print one JSON object {model, output, target, nodes_before, nodes_after, casts_inserted, "
+                "casts_removed, casts_final, params_offline, lp16_nodes, fp32_nodes, op_classes}");
+  return {cmd, [o] { return run_convert(*o); }};
+}
+
+}  // namespace ampfuse::tools
