@@ -1,0 +1,104 @@
+// `ampfuse convert`, `run --amp / --no-fuse / --interpreter` and `fuzz`, run as a user runs them.
+#include "ir/mxnet_json.h"
+#include "ir/type_inference.h"
+#include "tests/cli_util.h"
+
+#include <gtest/gtest.h>
+
+namespace ampfuse {
+namespace {
+
+TEST(CliConvert, WritesMxnetJsonThatReimportsAndReportsCounts) {
+  const std::string model = model_path("lstm_ptb_fusedrnn-mms-symbol.json");
+  SKIP_WITHOUT_MODEL(model);
+  testing::ScopedTempDir dir;
+  const std::string out = dir.file("lstm_bf16.json");
+  const CliResult r = run_cli(fmt::format("convert '{}' --shape data=35,1 --shape softmax_label=35 --amp bf16 -o '{}' --json", model, out));
+  ASSERT_EQ(r.status, 0) << r.err;
+  const nlohmann::json j = parse_json(r);
+  for (const char* key : {"casts_inserted", "casts_removed", "lp16_nodes", "fp32_nodes", "op_classes"})
+    EXPECT_TRUE(j.contains(key)) << key;
+  EXPECT_GT(j["casts_inserted"].get<int>(), 0);
+  EXPECT_GT(j["lp16_nodes"].get<int>(), 0);
+  EXPECT_GT(j["op_classes"]["lowp"].get<int>(), 0);
+  // The written file is MXNet JSON with amp_cast nodes that ampfuse reads back.
+  std::ifstream f(out);
+  const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("\"op\": \"amp_cast\""), std::string::npos);
+  EXPECT_NE(text.find("\"dtype\": \"bfloat16\""), std::string::npos);
+  ir::Graph back = ir::load_mxnet_json_file(out);
+  EXPECT_NO_THROW(ir::infer_types(back));
+
+  const CliResult text_report = run_cli(fmt::format("convert '{}' --shape data=35,1 --shape softmax_label=35 --amp fp16 -o '{}'", model, out));
+  ASSERT_EQ(text_report.status, 0) << text_report.err;
+  EXPECT_NE(text_report.out.find("casts:"), std::string::npos) << text_report.out;
+}
+
+TEST(CliConvert, BadOptionsAreNamed) {
+  const std::string model = model_path("lstm_ptb_fusedrnn-mms-symbol.json");
+  SKIP_WITHOUT_MODEL(model);
+  testing::ScopedTempDir dir;
+  expect_clean_error(run_cli(fmt::format("convert '{}' --shape data=35,1 --shape softmax_label=35 --amp int8 -o '{}'", model, dir.file("x.json"))),
+                     "--amp int8: expected off, bf16 or fp16");
+  expect_clean_error(run_cli(fmt::format("convert '{}' --shape data=35,1 --shape softmax_label=35 --amp off -o '{}'", model, dir.file("x.json"))),
+                     "convert needs a target");
+  expect_clean_error(run_cli(fmt::format("convert '{}' --shape data=35,1 --shape softmax_label=35 --amp bf16 -o /nonexistent/dir/x.json", model)),
+                     "/nonexistent/dir/x.json");
+  expect_clean_error(run_cli(fmt::format("convert '{}' --shape data=35,1 --shape softmax_label=35 --amp bf16 --layout nchw -o '{}'", model, dir.file("x.json"))),
+                     "--layout nchw");
+  expect_clean_error(run_cli(fmt::format("convert '{}' --shape data=35,1 --shape softmax_label=35 --amp bf16 --fp32-ops NoSuchOp -o '{}'", model, dir.file("x.json"))),
+                     "NoSuchOp");
+}
+
+TEST(CliRunAmp, DefaultModelReportsPlanCompileLatencyAndError) {
+  const CliResult r = run_cli("run --amp bf16 --json --repeat 3");
+  ASSERT_EQ(r.status, 0) << r.err;
+  const nlohmann::json j = parse_json(r);
+  EXPECT_EQ(j["engine"], "fused");
+  EXPECT_EQ(j["amp"]["target"], "bf16");
+  EXPECT_GT(j["amp"]["casts_inserted"].get<int>(), 0);
+  EXPECT_GT(j["plan"]["kernels"].get<int>(), 0);
+  EXPECT_GE(j["plan"]["fused_ops"].get<int>(), j["plan"]["kernels"].get<int>());
+  EXPECT_TRUE(j["plan"]["fallbacks"].empty()) << j["plan"]["fallbacks"];
+  EXPECT_GT(j["baseline_f32_unfused_ms"].get<double>(), 0);
+  // bf16 against f32 on the default model: small but not zero.
+  EXPECT_GT(j["max_abs_error"].get<double>(), 0);
+  EXPECT_LT(j["max_rel_error"].get<double>(), 0.02);
+
+  const nlohmann::json f32 = parse_json(run_cli("run --json --repeat 1"));
+  EXPECT_TRUE(f32["amp"].is_null());
+  EXPECT_LT(f32["max_rel_error"].get<double>(), 1e-5);
+}
+
+TEST(CliRunAmp, UnfusedAndInterpreterAgreeWithFused) {
+  const nlohmann::json fused = parse_json(run_cli("run --json --repeat 1 --seed 4 --amp fp16"));
+  const nlohmann::json unfused = parse_json(run_cli("run --json --repeat 1 --seed 4 --amp fp16 --no-fuse"));
+  const nlohmann::json interp = parse_json(run_cli("run --json --repeat 1 --seed 4 --amp fp16 --interpreter"));
+  EXPECT_EQ(unfused["engine"], "unfused");
+  EXPECT_EQ(interp["engine"], "interpreter");
+  EXPECT_TRUE(interp["plan"].is_null());
+  EXPECT_GT(unfused["plan"]["kernels"].get<int>(), fused["plan"]["kernels"].get<int>());
+  EXPECT_NEAR(fused["outputs"][0]["mean"].get<double>(), interp["outputs"][0]["mean"].get<double>(), 1e-3);
+  EXPECT_NEAR(unfused["outputs"][0]["max"].get<double>(), interp["outputs"][0]["max"].get<double>(), 1e-2);
+}
+
+TEST(CliRunAmp, HumanReportAndBadOptions) {
+  const CliResult r = run_cli("run --amp bf16 --repeat 1");
+  ASSERT_EQ(r.status, 0) << r.err;
+  for (const char* line : {"amp:     bf16", "plan:", "compile:", "latency:", "speed-up", "error:   vs f32"})
+    EXPECT_NE(r.out.find(line), std::string::npos) << line << "\n" << r.out;
+  expect_clean_error(run_cli("run --amp fp8"), "--amp fp8");
+  expect_clean_error(run_cli("run --repeat 0"), "--repeat 0");
+  expect_clean_error(run_cli("run --interpreter --no-fuse"), "choose one");
+  expect_clean_error(run_cli("run --exclude conv0"), "need --amp bf16 or fp16");
+}
+
+TEST(CliFuzz, RunsSeedsAndReportsThem) {
+  const CliResult r = run_cli("fuzz --seed 100 --count 20");
+  EXPECT_EQ(r.status, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("20 graphs (seeds 100-119)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("0 failed"), std::string::npos) << r.out;
+}
+
+}  // namespace
+}  // namespace ampfuse
