@@ -107,7 +107,7 @@ FusionRole fusion_role(const Node& n) {
   const ir::OpDef& def = ir::OpRegistry::global().get(n.op);
   if (def.kind == ir::OpKind::view) return FusionRole::view;
   if (!def.fusable) return FusionRole::external;
-  if (def.recipe) return FusionRole::elementwise;
+  if (def.has_recipe(n.attrs)) return FusionRole::elementwise;
   if (kRemapOps.count(n.op)) return FusionRole::remap;
   return FusionRole::external;
 }

@@ -95,6 +95,11 @@ struct OpDef {
 
   bool fusable = false;
   ScalarRecipe recipe;  // elementwise ops: the one definition of the op's math
+  // Set for ops whose recipe covers some attribute values only (BatchNorm without
+  // output_mean_var): elsewhere the reference kernel defines the op and it is not fused.
+  std::function<bool(const Attrs&)> recipe_applies;
+  // The recipe defines this node's math (recipe set and recipe_applies, if any, holds).
+  bool has_recipe(const Attrs& a) const { return recipe && (!recipe_applies || recipe_applies(a)); }
   // Elementwise ops with an input that does not broadcast numpy-style (right-aligned) to
   // the output: the shape to view input `i` as (same element count) before broadcasting.
   // PReLU's gamma (C,) becomes [1,C,1,1] for an NCHW output; legacy `where`'s 1-D condition

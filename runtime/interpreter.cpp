@@ -86,7 +86,7 @@ std::vector<Tensor> run_op(const ir::Node& n, const std::vector<std::vector<Tens
 std::vector<Tensor> run_node(const ir::Node& n, const std::vector<Tensor>& inputs) {
   const ir::OpDef& def = ir::OpRegistry::global().get(n.op);
   if (n.outputs.empty()) fail("output types are not inferred (run type inference first)");
-  return def.recipe ? run_recipe(def, n, inputs) : run_kernel(n, inputs);
+  return def.has_recipe(n.attrs) ? run_recipe(def, n, inputs) : run_kernel(n, inputs);
 }
 
 std::vector<Tensor> interpret(const ir::Graph& g, const Bindings& vars) {

@@ -10,9 +10,15 @@ namespace {
 OpDef batch_norm_def() {
   OpDef d;
   d.name = "BatchNorm";
-  // At inference BatchNorm is y = x * a[c] + b[c]: the planner may fold it into a fused
-  // loop. It has no scalar recipe because a and b come from four per-channel inputs; the
-  // reference kernel defines the math.
+  // At inference BatchNorm is a per-channel affine map, so its recipe lets the planner fold
+  // it into the loop of the ops around it (no pass over memory of its own). MXNet's order
+  // of operations, in the compute type (f32, f64 for f64 data):
+  //   invstd = 1 / sqrt(var + eps)        (MXNet divides in f64 and rounds once: for a
+  //                                        correctly rounded division that is the same)
+  //   y = ((x - mean) * invstd) * gamma + beta      (gamma = 1 with fix_gamma)
+  // The per-channel inputs are viewed as [1,C,1,...] along `axis` (broadcast_view). With
+  // output_mean_var the statistics are outputs of another shape: the reference kernel
+  // (runtime/reference/norm_kernels.cpp, the same sequence) runs it unfused.
   d.kind = OpKind::compute;
   d.fusable = true;
   d.inputs = {{"data"},
@@ -39,6 +45,22 @@ OpDef batch_norm_def() {
     // The extra outputs are the statistics used: the moving mean and, as MXNet computes
     // it, the inverse standard deviation 1/sqrt(moving_var + eps).
     for (size_t k = 1; k < ctx.outputs.size(); ++k) ctx.outputs[k] = stats;
+  };
+  d.recipe_applies = [](const Attrs& a) { return !a.get_bool("output_mean_var"); };
+  d.recipe = [](ScalarBuilder& b, const Attrs& a) -> std::vector<ScalarBuilder::Val> {
+    const ScalarBuilder::Val x = b.input(0), mean = b.input(3), var = b.input(4);
+    const ScalarBuilder::Val invstd =
+        b.div(b.constant(1.0), b.unary(ScalarOp::sqrt, b.add(var, b.constant(a.get_float("eps")))));
+    const ScalarBuilder::Val normed = b.mul(b.sub(x, mean), invstd);
+    const ScalarBuilder::Val scaled = a.get_bool("fix_gamma") ? normed : b.mul(normed, b.input(1));
+    return {b.add(scaled, b.input(2))};
+  };
+  d.broadcast_view = [](const Attrs& a, size_t i, const Shape& in, const Shape& out) -> Shape {
+    if (i == 0) return in;
+    const auto axis = static_cast<size_t>(normalize_axis(a.get_int("axis"), out.size()));
+    Shape view(out.size(), 1);
+    view[axis] = in.at(0);
+    return view;
   };
   d.amp_bf16 = d.amp_fp16 = AmpClass::neutral;
   d.keep_fp32_inputs_bf16 = d.keep_fp32_inputs_fp16 = {1, 2, 3, 4};
