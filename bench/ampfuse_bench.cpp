@@ -6,6 +6,9 @@
 // inputs once, its outputs once); memcpy moves the same number of bytes, half read and
 // half written, so "fused / memcpy" is the fraction of copy bandwidth a kernel reaches.
 #include "codegen/kernel_abi.h"
+#include "engine/amp_pipeline.h"
+#include "engine/executor.h"
+#include "ir/mxnet_json.h"
 #include "codegen/kernel_spec.h"
 #include "runtime/kernel_cache.h"
 #include "runtime/thread_pool.h"
@@ -15,6 +18,7 @@
 #include <sys/mman.h>
 
 #include <cstdlib>
+#include <filesystem>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -180,6 +184,69 @@ void BM_CastTranspose(benchmark::State& state) {
   report(state, 6, n * c * h * w);
 }
 
+// A kernel cache hit: the key of a compiled spec computed and found (what compiling a graph
+// again with a new batch size costs per kernel).
+void BM_KernelCacheHit(benchmark::State& state) {
+  ScalarBuilder b(2);
+  const KernelSpec s = flat_spec("hit", [&] {
+    const auto x = b.input(0), y = b.input(1);
+    return b.finish({b.max(b.add(b.mul(x, y), b.constant(0.5)), b.constant(0))});
+  }(), {DType::bf16, DType::f32}, DType::bf16);
+  runtime::KernelCache::global().get(s);
+  for (auto _ : state) benchmark::DoNotOptimize(runtime::KernelCache::global().get(s));
+}
+
+// Whole models through the executor (issue #5): f32 or bf16 AMP, fused or one kernel per
+// op. resnet152 at batch 1 (224x224) and the Sockeye transformer (its sequence length is
+// fixed at 100 by its positional encodings). Skipped when ../shared/models is absent.
+struct ModelBench {
+  const char* file;
+  std::map<std::string, ir::Shape> shapes;
+  std::vector<std::string> fp32_ops;
+};
+const ModelBench kModelBenches[] = {
+    {"resnet152-mxnet-symbolic-symbol.json", {{"data", {1, 3, 224, 224}}}, {}},
+    {"sockeye_transformer-parabank2-symbol.json",
+     {{"source", {1, 100, 3}}, {"target", {1, 100}}, {"target_label", {1, 100}}},
+     {"Embedding"}},
+};
+
+void BM_Model(benchmark::State& state) {
+  const ModelBench& m = kModelBenches[state.range(0)];
+  const bool bf16 = state.range(1) != 0, fuse = state.range(2) != 0;
+  const std::string path = std::string(AMPFUSE_MODELS_DIR) + "/" + m.file;
+  if (!std::filesystem::exists(path)) {
+    state.SkipWithError(("no model at " + path).c_str());
+    return;
+  }
+  ir::MxnetImportOptions io;
+  io.input_shapes = m.shapes;
+  ir::Graph g = ir::load_mxnet_json_file(path, io);
+  const runtime::Bindings vars = runtime::random_bindings(g, 1);
+  if (bf16) {
+    engine::AmpOptions o;
+    o.target = DType::bf16;
+    o.fp32_ops = m.fp32_ops;
+    o.cast_params_offline = true;  // a deployed model stores its weights in bf16 once
+    g = engine::convert_for_amp(g, o);
+  }
+  runtime::Bindings run_vars;
+  for (const ir::Node& n : g.nodes)
+    if (n.is_var()) {
+      const runtime::Tensor& t = vars.at(n.name);
+      run_vars[n.name] = t.dtype() == n.outputs[0].dtype ? t : runtime::cast(t, n.outputs[0].dtype);
+    }
+  engine::ExecutorOptions eo;
+  eo.fuse = fuse;
+  eo.pool = &pool();
+  const engine::Executable exe = engine::Executable::compile(g, eo);
+  exe.run(run_vars);  // warm: first-touch of buffers, oneDNN primitives
+  for (auto _ : state) benchmark::DoNotOptimize(exe.run(run_vars));
+  state.SetLabel(fmt::format("{} {} {}: {} kernels, {} external", std::string(m.file).substr(0, std::string(m.file).find('-')),
+                             bf16 ? "bf16" : "f32", fuse ? "fused" : "unfused", exe.compile_stats().kernels,
+                             exe.compile_stats().external_ops));
+}
+
 BENCHMARK(BM_Memcpy)->Arg(6)->Arg(12)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_C8_Fused)->ArgName("f32")->Arg(0)->Arg(1)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_C8_FusedStreaming)
@@ -192,6 +259,12 @@ BENCHMARK(BM_CastTranspose)
     ->ArgNames({"C", "H"})
     ->Args({64, 128})
     ->Args({3, 512})
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_KernelCacheHit)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_Model)
+    ->ArgNames({"model", "bf16", "fused"})
+    ->ArgsProduct({{0, 1}, {0, 1}, {0, 1}})
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
 

@@ -4,7 +4,9 @@
 // f16 range planted in them. Outputs must match bit for bit (NaNs of any payload count as
 // equal; +0 and -0 as equal only where the kernel holds max/min, whose zero sign is free,
 // see ir/scalar_program.h), except in graphs with a transcendental op, which must match
-// within kTranscendentalUlps units in the last place of the output dtype.
+// within kTranscendentalUlps units in the last place of the output dtype, or as many steps
+// of the coarsest float type in the graph, relative to the value (a transcendental result
+// rounded to bf16 and then widened to f16 differs by a bf16 step).
 #pragma once
 
 #include "engine/executor.h"

@@ -62,7 +62,7 @@ std::vector<ValueRef> step_writes(const ir::Graph& g, const PlanStep& step) {
   return writes;
 }
 
-bool is_slow_impl(const std::string& impl) { return impl.starts_with("ref:") || impl.starts_with("simple:"); }
+bool is_slow_impl(const std::string& impl) { return impl.starts_with("ref:") || impl.starts_with("simple"); }
 
 std::string node_label(const ir::Graph& g, int32_t n) { return fmt::format("node '{}' ({})", g.nodes[n].name, g.nodes[n].op); }
 

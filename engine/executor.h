@@ -53,7 +53,7 @@ struct CompileStats {
   int compilations = 0;      // kernels compiled now (the rest were cache hits)
   int cache_hits = 0;
   double compile_seconds = 0;  // wall time of compile(), planning and lowering included
-  // External nodes oneDNN runs with a reference implementation ("ref:", "simple:"):
+  // External nodes oneDNN runs with a reference implementation ("ref:", "simple..."):
   // "name (op): impl" each.
   std::vector<std::string> slow_external;
   // Kernels that could not be compiled and run node by node on the interpreter instead:

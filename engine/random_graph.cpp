@@ -1,5 +1,6 @@
 #include "engine/random_graph.h"
 
+#include "engine/passes/dce.h"
 #include "ir/builder.h"
 #include "ir/error.h"
 #include "runtime/random.h"
@@ -49,6 +50,7 @@ class Generator {
       }
     }
     out.graph = b_.finish(true);
+    dce(out.graph);  // values no output reads never become kernels
     return out;
   }
 

@@ -17,5 +17,6 @@ Command add_info_command(CLI::App& parent);
 Command add_run_command(CLI::App& parent);
 Command add_convert_command(CLI::App& parent);
 Command add_fuzz_command(CLI::App& parent);
+Command add_dot_command(CLI::App& parent);
 
 }  // namespace ampfuse::tools

@@ -1,7 +1,9 @@
 #include "runtime/onednn/onednn_ops.h"
 
 #include "ir/error.h"
+#include "ir/lowp.h"
 #include "ir/ops/nn_params.h"
+#include "runtime/thread_pool.h"
 
 #include <oneapi/dnnl/dnnl.hpp>
 
@@ -18,17 +20,46 @@ using dnnl::memory;
 using Dims = memory::dims;
 using ir::DType;
 using ir::Node;
+using Types = std::span<const TensorType>;
+
+// A node oneDNN cannot run as asked: the caller uses the reference kernel. Thrown by the
+// builders below and turned into onednn_supports() == false with `why` kept.
+struct Refusal {
+  std::string why;
+};
+
+template <class... Args>
+[[noreturn]] void refuse(fmt::format_string<Args...> format, Args&&... args) {
+  throw Refusal{fmt::format(format, std::forward<Args>(args)...)};
+}
+
+const char* status_name(dnnl_status_t s) {
+  switch (s) {
+    case dnnl_success: return "success";
+    case dnnl_out_of_memory: return "out_of_memory";
+    case dnnl_invalid_arguments: return "invalid_arguments";
+    case dnnl_unimplemented: return "unimplemented";
+    case dnnl_iterator_ends: return "iterator_ends";
+    case dnnl_runtime_error: return "runtime_error";
+    case dnnl_not_required: return "not_required";
+    default: return "unknown status";
+  }
+}
+
+bool is_slow(const std::string& impl) { return impl.starts_with("ref:") || impl.starts_with("simple:"); }
 
 dnnl::engine& cpu_engine() {
   static dnnl::engine e(dnnl::engine::kind::cpu, 0);
   return e;
 }
 
-std::optional<memory::data_type> dnnl_type(DType t) {
+// The oneDNN type of an f32 or bf16 tensor. The builders see only those two: f16 reaches
+// them widened to f32 (oneDNN 2.6 has no f16 CPU compute).
+memory::data_type dnnl_type(DType t) {
   switch (t) {
     case DType::f32: return memory::data_type::f32;
     case DType::bf16: return memory::data_type::bf16;
-    default: return std::nullopt;  // f16 has no CPU compute in oneDNN 2.6
+    default: refuse("oneDNN has no {} kernels here", ir::dtype_name(t));
   }
 }
 
@@ -43,33 +74,37 @@ Dims row_major_strides(const Dims& physical) {
 memory::desc channels_desc(const ir::Shape& shape, DType t, bool channels_last) {
   Dims physical(shape.begin(), shape.end());
   Dims strides = row_major_strides(physical);
-  if (!channels_last) return memory::desc(physical, *dnnl_type(t), strides);
+  if (!channels_last) return memory::desc(physical, dnnl_type(t), strides);
   const size_t r = physical.size();
   Dims logical = {physical[0], physical[r - 1]};
   Dims lstrides = {strides[0], strides[r - 1]};
   for (size_t i = 1; i + 1 < r; ++i) logical.push_back(physical[i]), lstrides.push_back(strides[i]);
-  return memory::desc(logical, *dnnl_type(t), lstrides);
+  return memory::desc(logical, dnnl_type(t), lstrides);
 }
 
+memory::desc dense_desc(const ir::Shape& shape, DType t) {
+  Dims dims(shape.begin(), shape.end());
+  return memory::desc(dims, dnnl_type(t), row_major_strides(dims));
+}
 
+using InPtrs = std::span<const void* const>;
+using OutPtrs = std::span<void* const>;
 
 // A created primitive with what running it needs.
 struct Prepared {
   std::string impl;
-  // Runs the primitive on the node's tensors.
-  std::function<void(std::span<const Tensor>, std::span<Tensor>)> run;
+  // Runs the primitive on the node's buffers (inputs, outputs in node order).
+  std::function<void(InPtrs, OutPtrs)> run;
 };
 
-memory wrap(const memory::desc& d, const Tensor& t) {
-  return memory(d, cpu_engine(), const_cast<void*>(t.raw()));
-}
+memory wrap(const memory::desc& d, const void* p) { return memory(d, cpu_engine(), const_cast<void*>(p)); }
 
 dnnl::stream& thread_stream() {
   thread_local dnnl::stream s(cpu_engine());
   return s;
 }
 
-void execute(const dnnl::primitive& prim, std::unordered_map<int, memory> args) {
+void execute(const dnnl::primitive& prim, const std::unordered_map<int, memory>& args) {
   prim.execute(thread_stream(), args);
   thread_stream().wait();
 }
@@ -82,11 +117,16 @@ memory maybe_reorder(memory user, const memory::desc& want) {
   return m;
 }
 
+void require_inputs(const Node& n, Types in, size_t lo, size_t hi) {
+  if (in.size() < lo || in.size() > hi) refuse("{} takes {} to {} inputs, got {}", n.op, lo, hi, in.size());
+}
+
 // ---- Convolution ------------------------------------------------------------------------
 
-std::optional<Prepared> prepare_convolution(const Node& n, std::span<const TensorType> in, const TensorType& out) {
+Prepared prepare_convolution(const Node& n, Types in, Types out) {
+  require_inputs(n, in, 2, 3);
   const TensorType& x = in[0];
-  if (!dnnl_type(x.dtype) || !dnnl_type(out.dtype) || in[1].dtype != x.dtype) return std::nullopt;
+  if (in[1].dtype != x.dtype) refuse("weight {} differs from data {}", ir::dtype_name(in[1].dtype), ir::dtype_name(x.dtype));
   const ir::nn::ConvGeometry geo = ir::nn::conv_geometry(n.attrs, x.shape, false);
   const size_t nd = geo.spatial();
   const bool cl = geo.channels_last;
@@ -94,7 +134,7 @@ std::optional<Prepared> prepare_convolution(const Node& n, std::span<const Tenso
   const bool has_bias = in.size() > 2;
 
   memory::desc src = channels_desc(x.shape, x.dtype, cl);
-  memory::desc dst = channels_desc(out.shape, out.dtype, cl);
+  memory::desc dst = channels_desc(out[0].shape, out[0].dtype, cl);
   // Weights: MXNet stores (O, I/g, k...) channels-first, (O, k..., I/g) channels-last.
   const ir::Shape& ws = in[1].shape;
   Dims wphys(ws.begin(), ws.end());
@@ -108,13 +148,11 @@ std::optional<Prepared> prepare_convolution(const Node& n, std::span<const Tenso
     wdims.push_back(wphys[(cl ? 1 : 2) + i]);
     wstrides.push_back(wstr[(cl ? 1 : 2) + i]);
   }
-  memory::desc wuser(wdims, *dnnl_type(in[1].dtype), wstrides);
-  memory::desc wany(wdims, *dnnl_type(in[1].dtype), memory::format_tag::any);
+  memory::desc wuser(wdims, dnnl_type(in[1].dtype), wstrides);
+  memory::desc wany(wdims, dnnl_type(in[1].dtype), memory::format_tag::any);
+  // MXNet's bias has the weight's dtype (bf16 after AMP); a wider f32 bias is allowed too.
   memory::desc bias_desc;
-  if (has_bias) {
-    if (!dnnl_type(in[2].dtype)) return std::nullopt;
-    bias_desc = memory::desc({O}, *dnnl_type(in[2].dtype), memory::format_tag::a);
-  }
+  if (has_bias) bias_desc = memory::desc({O}, dnnl_type(in[2].dtype), memory::format_tag::a);
   Dims strides(geo.stride.begin(), geo.stride.end()), dil, pl(geo.pad.begin(), geo.pad.end()), pr = pl;
   for (int64_t d : geo.dilate) dil.push_back(d - 1);  // oneDNN counts the gaps
   dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, src, wany,
@@ -122,155 +160,157 @@ std::optional<Prepared> prepare_convolution(const Node& n, std::span<const Tenso
   dnnl::convolution_forward::primitive_desc pd(d, cpu_engine());
   dnnl::convolution_forward prim(pd);
   const memory::desc wwant = pd.weights_desc();
-  return Prepared{pd.impl_info_str(), [=](std::span<const Tensor> ins, std::span<Tensor> outs) {
+  return Prepared{pd.impl_info_str(), [=](InPtrs ins, OutPtrs outs) {
                     memory w = maybe_reorder(wrap(wuser, ins[1]), wwant);
-                    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, wrap(src, ins[0])},
-                                                         {DNNL_ARG_WEIGHTS, w},
-                                                         {DNNL_ARG_DST, wrap(dst, outs[0])}};
+                    std::unordered_map<int, memory> args{
+                        {DNNL_ARG_SRC, wrap(src, ins[0])}, {DNNL_ARG_WEIGHTS, w}, {DNNL_ARG_DST, wrap(dst, outs[0])}};
                     if (has_bias) args.emplace(DNNL_ARG_BIAS, wrap(bias_desc, ins[2]));
-                    execute(prim, std::move(args));
+                    execute(prim, args);
                   }};
 }
 
 // ---- Matrix products ----------------------------------------------------------------------
 
-// C[b] = A[b] x B[b] (+ bias) with A, B described by strides (so transposes are free).
-struct MatmulShape {
-  int64_t batch, m, k, n;
-  Dims a_strides, b_strides;  // over (batch, m, k) / (batch, k, n)
-};
-
-std::optional<Prepared> prepare_matmul(const MatmulShape& s, DType a_t, DType b_t, std::optional<DType> bias_t,
-                                       DType c_t) {
-  if (!dnnl_type(a_t) || a_t != b_t || !dnnl_type(c_t)) return std::nullopt;
-  if (bias_t && !dnnl_type(*bias_t)) return std::nullopt;
-  memory::desc a({s.batch, s.m, s.k}, *dnnl_type(a_t), s.a_strides);
-  memory::desc b({s.batch, s.k, s.n}, *dnnl_type(b_t), s.b_strides);
-  memory::desc c({s.batch, s.m, s.n}, *dnnl_type(c_t), memory::format_tag::abc);
+// C[b] (m, n) = A[b] (m, k) x B[b] (k, n) (+ bias over n). A is stored (k, m) when
+// `ta`, B (n, k) when `tb`: strides describe the transposes, so they cost nothing.
+Prepared prepare_matmul(const Node& n, Types in, Types out, int64_t batch, int64_t m, int64_t k, int64_t nn, bool ta,
+                        bool tb, bool has_bias) {
+  if (in[0].dtype != in[1].dtype) refuse("operands differ in dtype ({} and {})", ir::dtype_name(in[0].dtype), ir::dtype_name(in[1].dtype));
+  if (batch * m * k != ir::num_elements(in[0].shape) || batch * k * nn != ir::num_elements(in[1].shape) ||
+      batch * m * nn != ir::num_elements(out[0].shape))
+    refuse("operand shapes {} and {} do not form a ({}x{}) x ({}x{}) product", ir::shape_str(in[0].shape),
+           ir::shape_str(in[1].shape), m, k, k, nn);
+  const Dims as = ta ? Dims{m * k, 1, m} : Dims{m * k, k, 1};
+  const Dims bs = tb ? Dims{k * nn, 1, k} : Dims{k * nn, nn, 1};
+  memory::desc a({batch, m, k}, dnnl_type(in[0].dtype), as);
+  memory::desc b({batch, k, nn}, dnnl_type(in[1].dtype), bs);
+  memory::desc c({batch, m, nn}, dnnl_type(out[0].dtype), memory::format_tag::abc);
   memory::desc bias;
-  if (bias_t) bias = memory::desc({1, 1, s.n}, *dnnl_type(*bias_t), memory::format_tag::abc);
+  if (has_bias) bias = memory::desc({1, 1, nn}, dnnl_type(in[2].dtype), memory::format_tag::abc);
   dnnl::matmul::desc d(a, b, bias, c);
   dnnl::matmul::primitive_desc pd(d, cpu_engine());
   dnnl::matmul prim(pd);
-  const bool has_bias = bias_t.has_value();
-  return Prepared{pd.impl_info_str(), [=](std::span<const Tensor> ins, std::span<Tensor> outs) {
+  return Prepared{pd.impl_info_str(), [=](InPtrs ins, OutPtrs outs) {
                     std::unordered_map<int, memory> args{{DNNL_ARG_SRC, wrap(a, ins[0])},
                                                          {DNNL_ARG_WEIGHTS, wrap(b, ins[1])},
                                                          {DNNL_ARG_DST, wrap(c, outs[0])}};
                     if (has_bias) args.emplace(DNNL_ARG_BIAS, wrap(bias, ins[2]));
-                    execute(prim, std::move(args));
+                    execute(prim, args);
                   }};
 }
 
-std::optional<Prepared> prepare_fully_connected(const Node& n, std::span<const TensorType> in, const TensorType& out) {
+int64_t extent(const ir::Shape& s, size_t from, size_t to) {
+  int64_t e = 1;
+  for (size_t i = from; i < to; ++i) e *= s[i];
+  return e;
+}
+
+// y (rows, hidden) = x (rows, features) * weight (hidden, features)^T + bias.
+Prepared prepare_fully_connected(const Node& n, Types in, Types out) {
+  require_inputs(n, in, 2, 3);
   const ir::Shape& x = in[0].shape;
-  const bool flatten = n.attrs.get_bool("flatten");
-  const int64_t hidden = n.attrs.get_int("num_hidden");
-  int64_t m = 1, k = 1;
-  if (flatten) {
-    m = x[0];
-    for (size_t i = 1; i < x.size(); ++i) k *= x[i];
-  } else {
-    for (size_t i = 0; i + 1 < x.size(); ++i) m *= x[i];
-    k = x.back();
-  }
-  // Weight (hidden, k) row-major read as B = W^T: (k, hidden) with strides (1, k).
-  MatmulShape s{1, m, k, hidden, {m * k, k, 1}, {k * hidden, 1, k}};
-  const bool has_bias = !n.attrs.get_bool("no_bias");
-  return prepare_matmul(s, in[0].dtype, in[1].dtype, has_bias ? std::optional(in[2].dtype) : std::nullopt, out.dtype);
+  if (in[1].shape.size() != 2) refuse("weight shape {} is not (num_hidden, features)", ir::shape_str(in[1].shape));
+  const int64_t hidden = in[1].shape[0], features = in[1].shape[1];
+  const int64_t rows = n.attrs.get_bool("flatten") ? x[0] : extent(x, 0, x.size() - 1);
+  return prepare_matmul(n, in, out, 1, rows, features, hidden, false, true, in.size() > 2);
 }
 
-std::optional<Prepared> prepare_batch_dot(const Node& n, std::span<const TensorType> in, const TensorType& out) {
-  const ir::Shape& a = in[0].shape;
-  const ir::Shape& b = in[1].shape;
-  if (a.size() < 3 || a.size() != b.size()) return std::nullopt;
+// MXNet's dot as one matrix product (the reference kernel's reading of N-D operands).
+Prepared prepare_dot(const Node& n, Types in, Types out) {
+  require_inputs(n, in, 2, 2);
   const bool ta = n.attrs.get_bool("transpose_a"), tb = n.attrs.get_bool("transpose_b");
-  int64_t batch = 1;
-  for (size_t i = 0; i + 2 < a.size(); ++i) batch *= a[i];
-  const int64_t ar = a[a.size() - 2], ac = a.back(), br = b[b.size() - 2], bc = b.back();
-  const int64_t m = ta ? ac : ar, k = ta ? ar : ac, nn = tb ? br : bc;
-  Dims as = ta ? Dims{ar * ac, 1, ac} : Dims{ar * ac, ac, 1};
-  Dims bs = tb ? Dims{br * bc, 1, bc} : Dims{br * bc, bc, 1};
-  return prepare_matmul({batch, m, k, nn, as, bs}, in[0].dtype, in[1].dtype, std::nullopt, out.dtype);
+  const ir::Shape& l = in[0].shape;
+  const ir::Shape& r = in[1].shape;
+  if (l.empty() || r.empty()) refuse("scalar operands");
+  const int64_t k = ta ? l.front() : l.back();
+  const int64_t m = ta ? extent(l, 1, l.size()) : extent(l, 0, l.size() - 1);
+  const int64_t nn = tb ? extent(r, 0, r.size() - 1) : extent(r, 1, r.size());
+  return prepare_matmul(n, in, out, 1, m, k, nn, ta, tb, false);
 }
 
-std::optional<Prepared> prepare_dot(const Node& n, std::span<const TensorType> in, const TensorType& out) {
-  const ir::Shape& a = in[0].shape;
-  const ir::Shape& b = in[1].shape;
-  if (a.size() != 2 || b.size() != 2) return std::nullopt;  // N-D dot: reference kernel
+// One matrix product per batch entry of (..., M, K) x (..., K, N).
+Prepared prepare_batch_dot(const Node& n, Types in, Types out) {
+  require_inputs(n, in, 2, 2);
+  const ir::Shape& l = in[0].shape;
+  const ir::Shape& o = out[0].shape;
+  if (l.size() < 3 || l.size() != in[1].shape.size() || o.size() != l.size()) refuse("operands of rank {} and {}", l.size(), in[1].shape.size());
   const bool ta = n.attrs.get_bool("transpose_a"), tb = n.attrs.get_bool("transpose_b");
-  const int64_t m = ta ? a[1] : a[0], k = ta ? a[0] : a[1], nn = tb ? b[0] : b[1];
-  Dims as = ta ? Dims{a[0] * a[1], 1, a[1]} : Dims{a[0] * a[1], a[1], 1};
-  Dims bs = tb ? Dims{b[0] * b[1], 1, b[1]} : Dims{b[0] * b[1], b[1], 1};
-  return prepare_matmul({1, m, k, nn, as, bs}, in[0].dtype, in[1].dtype, std::nullopt, out.dtype);
+  const size_t rank = l.size();
+  const int64_t m = o[rank - 2], nn = o[rank - 1], k = ta ? l[rank - 2] : l[rank - 1];
+  return prepare_matmul(n, in, out, extent(l, 0, rank - 2), m, k, nn, ta, tb, false);
 }
 
 // ---- Pooling ------------------------------------------------------------------------------
 
-std::optional<Prepared> prepare_pooling(const Node& n, std::span<const TensorType> in, const TensorType& out) {
+Prepared prepare_pooling(const Node& n, Types in, Types out) {
+  require_inputs(n, in, 1, 1);
   const TensorType& x = in[0];
-  if (!dnnl_type(x.dtype) || x.dtype != out.dtype) return std::nullopt;
+  if (x.dtype != out[0].dtype) refuse("output dtype differs from the data");
   const ir::nn::PoolGeometry geo = ir::nn::pool_geometry(n.attrs, x.shape);
-  if (geo.type != ir::nn::PoolType::max && geo.type != ir::nn::PoolType::avg) return std::nullopt;
+  if (geo.type != ir::nn::PoolType::max && geo.type != ir::nn::PoolType::avg) refuse("oneDNN has no sum or lp pooling");
   const size_t nd = geo.kernel.size();
   Dims kernel(geo.kernel.begin(), geo.kernel.end()), stride(geo.stride.begin(), geo.stride.end());
   Dims pl(geo.pad.begin(), geo.pad.end()), pr;
+  bool overhang = false;  // a window reaches past the padded input
   for (size_t i = 0; i < nd; ++i) {
     // Right padding that yields exactly the output extent MXNet's convention asked for.
     const int64_t right = (geo.out_size[i] - 1) * stride[i] + kernel[i] - geo.in_size[i] - pl[i];
+    overhang |= right > geo.pad_end[i];
     pr.push_back(std::max<int64_t>(right, 0));
   }
   dnnl::algorithm alg = dnnl::algorithm::pooling_max;
   if (geo.type == ir::nn::PoolType::avg) {
     // MXNet's include-pad average divides by the window clipped to the padded input;
-    // oneDNN divides by the whole kernel. They agree only without overhang past the pad.
-    if (geo.count_include_pad && (pr != pl || Dims(geo.pad_end.begin(), geo.pad_end.end()) != pl)) return std::nullopt;
+    // oneDNN divides by the whole kernel. They agree unless a window overhangs the pad.
+    if (geo.count_include_pad && overhang) refuse("an include-pad average window reaches past the padding");
     alg = geo.count_include_pad ? dnnl::algorithm::pooling_avg_include_padding : dnnl::algorithm::pooling_avg_exclude_padding;
   }
   memory::desc src = channels_desc(x.shape, x.dtype, geo.channels_last);
-  memory::desc dst = channels_desc(out.shape, out.dtype, geo.channels_last);
+  memory::desc dst = channels_desc(out[0].shape, out[0].dtype, geo.channels_last);
   dnnl::pooling_forward::desc d(dnnl::prop_kind::forward_inference, alg, src, dst, stride, kernel, pl, pr);
   dnnl::pooling_forward::primitive_desc pd(d, cpu_engine());
   dnnl::pooling_forward prim(pd);
-  return Prepared{pd.impl_info_str(), [=](std::span<const Tensor> ins, std::span<Tensor> outs) {
+  return Prepared{pd.impl_info_str(), [=](InPtrs ins, OutPtrs outs) {
                     execute(prim, {{DNNL_ARG_SRC, wrap(src, ins[0])}, {DNNL_ARG_DST, wrap(dst, outs[0])}});
                   }};
 }
 
 // ---- Softmax and LayerNorm ----------------------------------------------------------------
 
-int normalize_axis(int64_t axis, size_t rank) { return static_cast<int>(axis < 0 ? axis + static_cast<int64_t>(rank) : axis); }
-
-std::optional<Prepared> prepare_softmax(const Node& n, std::span<const TensorType> in, const TensorType& out) {
+Prepared prepare_softmax(const Node& n, Types in, Types out) {
+  require_inputs(n, in, 1, 1);
   const TensorType& x = in[0];
-  if (!dnnl_type(x.dtype) || x.dtype != out.dtype || x.shape.empty()) return std::nullopt;
-  if (n.attrs.has("temperature") && !n.attrs.is_none("temperature") && n.attrs.get_float("temperature") != 1.0)
-    return std::nullopt;
-  const int axis = normalize_axis(n.attrs.get_int("axis"), x.shape.size());
-  Dims dims(x.shape.begin(), x.shape.end());
-  memory::desc md(dims, *dnnl_type(x.dtype), row_major_strides(dims));
+  if (x.dtype != out[0].dtype) refuse("output dtype differs from the data");
+  if (x.shape.empty()) refuse("scalar data");
+  if (!n.attrs.is_none("temperature") && n.attrs.get_float("temperature") != 1.0) refuse("oneDNN has no temperature");
+  const int axis = static_cast<int>(ir::nn::normalize_axis(n.attrs.get_int("axis"), x.shape.size()));
+  memory::desc md = dense_desc(x.shape, x.dtype);
   dnnl::softmax_forward::desc d(dnnl::prop_kind::forward_inference, md, axis);
   dnnl::softmax_forward::primitive_desc pd(d, cpu_engine());
   dnnl::softmax_forward prim(pd);
-  return Prepared{pd.impl_info_str(), [=](std::span<const Tensor> ins, std::span<Tensor> outs) {
+  return Prepared{pd.impl_info_str(), [=](InPtrs ins, OutPtrs outs) {
                     execute(prim, {{DNNL_ARG_SRC, wrap(md, ins[0])}, {DNNL_ARG_DST, wrap(md, outs[0])}});
                   }};
 }
 
-std::optional<Prepared> prepare_layer_norm(const Node& n, std::span<const TensorType> in, std::span<const TensorType> outs) {
+Prepared prepare_layer_norm(const Node& n, Types in, Types outs) {
+  require_inputs(n, in, 3, 3);
   const TensorType& x = in[0];
-  if (outs.size() != 1 || !dnnl_type(x.dtype) || x.dtype != outs[0].dtype || x.shape.size() < 2) return std::nullopt;
-  if (normalize_axis(n.attrs.get_int("axis"), x.shape.size()) != static_cast<int>(x.shape.size()) - 1) return std::nullopt;
-  if (in[1].dtype != DType::f32 || in[2].dtype != DType::f32) return std::nullopt;
-  Dims dims(x.shape.begin(), x.shape.end());
-  memory::desc md(dims, *dnnl_type(x.dtype), row_major_strides(dims));
+  if (outs.size() != 1) refuse("output_mean_var (MXNet's std output has no oneDNN counterpart)");
+  if (x.dtype != outs[0].dtype) refuse("output dtype differs from the data");
+  if (x.shape.size() < 2) refuse("data of rank {}", x.shape.size());
+  if (ir::nn::normalize_axis(n.attrs.get_int("axis"), x.shape.size()) != static_cast<int64_t>(x.shape.size()) - 1)
+    refuse("oneDNN normalizes over the last axis only");
+  // oneDNN 2.6 takes scale and shift in f32 whatever the data type.
+  if (in[1].dtype != DType::f32 || in[2].dtype != DType::f32) refuse("gamma and beta are not f32");
+  memory::desc md = dense_desc(x.shape, x.dtype);
   memory::desc ss({x.shape.back()}, memory::data_type::f32, memory::format_tag::a);
   const float eps = static_cast<float>(n.attrs.get_float("eps"));
   dnnl::layer_normalization_forward::desc d(dnnl::prop_kind::forward_inference, md, eps,
                                             dnnl::normalization_flags::use_scale | dnnl::normalization_flags::use_shift);
   dnnl::layer_normalization_forward::primitive_desc pd(d, cpu_engine());
   dnnl::layer_normalization_forward prim(pd);
-  return Prepared{pd.impl_info_str(), [=](std::span<const Tensor> ins, std::span<Tensor> o) {
+  return Prepared{pd.impl_info_str(), [=](InPtrs ins, OutPtrs o) {
                     execute(prim, {{DNNL_ARG_SRC, wrap(md, ins[0])},
                                    {DNNL_ARG_SCALE, wrap(ss, ins[1])},
                                    {DNNL_ARG_SHIFT, wrap(ss, ins[2])},
@@ -278,62 +318,215 @@ std::optional<Prepared> prepare_layer_norm(const Node& n, std::span<const Tensor
                   }};
 }
 
+using Builder = Prepared (*)(const Node&, Types, Types);
+
+Builder builder_for(const std::string& op) {
+  if (op == "Convolution") return prepare_convolution;
+  if (op == "FullyConnected") return prepare_fully_connected;
+  if (op == "batch_dot") return prepare_batch_dot;
+  if (op == "dot") return prepare_dot;
+  if (op == "Pooling") return prepare_pooling;
+  if (op == "softmax") return prepare_softmax;
+  if (op == "LayerNorm") return prepare_layer_norm;
+  return nullptr;
+}
+
+// ---- Low precision as f32 compute ---------------------------------------------------------
+
+// Per-thread f32 buffers for widened operands, kept between runs (a fresh mapping per
+// run costs a page fault per 4 KiB).
+float* scratch(size_t slot, size_t elements) {
+  struct Buffer {
+    std::unique_ptr<float[]> data;
+    size_t capacity = 0;
+  };
+  thread_local std::vector<Buffer> buffers;
+  if (buffers.size() <= slot) buffers.resize(slot + 1);
+  Buffer& b = buffers[slot];
+  if (b.capacity < elements) {
+    b.data = std::make_unique_for_overwrite<float[]>(elements);
+    b.capacity = elements;
+  }
+  return b.data.get();
+}
+
+void widen(DType t, const void* src, float* dst, int64_t n) {
+  const auto* s = static_cast<const uint16_t*>(src);
+  ThreadPool::global().parallel_for(
+      n,
+      [&](int64_t lo, int64_t hi) {
+        if (t == DType::bf16)
+          for (int64_t i = lo; i < hi; ++i) dst[i] = ir::bf16_bits_to_f32(s[i]);
+        else
+          for (int64_t i = lo; i < hi; ++i) dst[i] = ir::f16_bits_to_f32(s[i]);
+      },
+      1 << 15, 64);
+}
+
+void narrow(DType t, const float* src, void* dst, int64_t n) {
+  auto* d = static_cast<uint16_t*>(dst);
+  ThreadPool::global().parallel_for(
+      n,
+      [&](int64_t lo, int64_t hi) {
+        if (t == DType::bf16)
+          for (int64_t i = lo; i < hi; ++i) d[i] = ir::f32_to_bf16_bits(src[i]);
+        else
+          for (int64_t i = lo; i < hi; ++i) d[i] = ir::f32_to_f16_bits(src[i]);
+      },
+      1 << 15, 64);
+}
+
+std::vector<TensorType> as_f32(Types types) {
+  std::vector<TensorType> r(types.begin(), types.end());
+  for (TensorType& t : r)
+    if (ir::is_lowp(t.dtype)) t.dtype = DType::f32;
+  return r;
+}
+
+// `inner`, an f32 primitive, run on bf16/f16 operands: widen the low-precision inputs,
+// run, round the outputs to nearest even (ir/lowp.h, subnormals kept).
+Prepared through_f32(Prepared inner, Types in, Types out) {
+  std::vector<std::pair<DType, int64_t>> ins, outs;  // (dtype, elements) per operand
+  std::string lowp;
+  for (const TensorType& t : in) ins.emplace_back(t.dtype, ir::num_elements(t.shape));
+  for (const TensorType& t : out) outs.emplace_back(t.dtype, ir::num_elements(t.shape));
+  for (const auto* list : {&in, &out})
+    for (const TensorType& t : *list)
+      if (ir::is_lowp(t.dtype) && lowp.find(ir::dtype_name(t.dtype)) == std::string::npos)
+        lowp += fmt::format("{}{}", lowp.empty() ? "" : "/", ir::dtype_name(t.dtype));
+  auto run = [inner = std::move(inner.run), ins, outs](InPtrs in_ptrs, OutPtrs out_ptrs) {
+    std::vector<const void*> in32(in_ptrs.begin(), in_ptrs.end());
+    std::vector<void*> out32(out_ptrs.begin(), out_ptrs.end());
+    size_t slot = 0;
+    for (size_t i = 0; i < ins.size(); ++i) {
+      if (!ir::is_lowp(ins[i].first)) continue;
+      float* buf = scratch(slot++, static_cast<size_t>(ins[i].second));
+      widen(ins[i].first, in_ptrs[i], buf, ins[i].second);
+      in32[i] = buf;
+    }
+    for (size_t o = 0; o < outs.size(); ++o)
+      if (ir::is_lowp(outs[o].first)) out32[o] = scratch(slot++, static_cast<size_t>(outs[o].second));
+    inner(in32, out32);
+    for (size_t o = 0; o < outs.size(); ++o)
+      if (ir::is_lowp(outs[o].first)) narrow(outs[o].first, static_cast<const float*>(out32[o]), out_ptrs[o], outs[o].second);
+  };
+  return Prepared{fmt::format("{} ({} as f32)", inner.impl, lowp), std::move(run)};
+}
+
 // ---- The cache ----------------------------------------------------------------------------
 
-std::string cache_key(const Node& n, std::span<const TensorType> in) {
+struct Entry {
+  std::optional<Prepared> prepared;
+  std::string refusal;  // why not, when !prepared
+};
+
+// Builds with these types; a refusal or "unimplemented" leaves `why` and returns nothing,
+// any other oneDNN failure is an error naming the node.
+std::optional<Prepared> attempt(const Node& n, Builder build, Types in, Types out, std::string& why) {
+  try {
+    return build(n, in, out);
+  } catch (const Refusal& r) {
+    why = r.why;
+  } catch (const dnnl::error& e) {
+    if (e.status != dnnl_unimplemented)
+      fail("node '{}' ({}): creating the oneDNN primitive failed: {} (status {})", n.name, n.op, e.what(),
+           status_name(e.status));
+    why = fmt::format("oneDNN has no implementation for {} here (status unimplemented)", n.op);
+  }
+  return std::nullopt;
+}
+
+Entry make_entry(const Node& n, Types in) {
+  Builder build = builder_for(n.op);
+  if (!build) return {std::nullopt, fmt::format("oneDNN does not run {}", n.op)};
+  Types out = n.outputs;
+  bool lowp = false, has_f16 = false;
+  for (const auto* list : {&in, &out})
+    for (const TensorType& t : *list) {
+      if (t.dtype != DType::f32 && !ir::is_lowp(t.dtype))
+        return {std::nullopt, fmt::format("{} operand {}: oneDNN runs f32, bf16 and f16 (as f32) only",
+                                          ir::dtype_name(t.dtype), ir::type_str(t))};
+      if (ir::num_elements(t.shape) == 0) return {std::nullopt, fmt::format("empty operand {}", ir::type_str(t))};
+      lowp |= ir::is_lowp(t.dtype);
+      has_f16 |= t.dtype == DType::f16;
+    }
+  std::string why;
+  // Native first (f32, or bf16 where this CPU's oneDNN has a real kernel for it) ...
+  std::optional<Prepared> native;
+  if (!has_f16) native = attempt(n, build, in, out, why);
+  if (native && (!lowp || !is_slow(native->impl))) return {std::move(native), ""};
+  // ... then low precision as f32 compute, unless that too is only a reference kernel.
+  if (lowp) {
+    const std::vector<TensorType> in32 = as_f32(in), out32 = as_f32(out);
+    std::string why32;
+    if (std::optional<Prepared> wide = attempt(n, build, in32, out32, why32)) {
+      if (!native || !is_slow(wide->impl)) return {through_f32(std::move(*wide), in, out), ""};
+    } else if (!native) {
+      why = why32;
+    }
+  }
+  if (native) return {std::move(native), ""};
+  return {std::nullopt, why};
+}
+
+std::string cache_key(const Node& n, Types in) {
   std::string key = n.op;
   for (const auto& [name, v] : n.attrs.values()) key += fmt::format(";{}={}", name, ir::format_ir_attr(v));
-  for (const TensorType& t : in) key += ";" + ir::type_str(t);
-  for (const TensorType& t : n.outputs) key += ";->" + ir::type_str(t);
+  for (const TensorType& t : in) key += fmt::format(";{}", ir::type_str(t));
+  for (const TensorType& t : n.outputs) key += fmt::format(";->{}", ir::type_str(t));
   return key;
 }
 
 std::mutex g_mutex;
-std::unordered_map<std::string, std::shared_ptr<const std::optional<Prepared>>> g_cache;
+std::unordered_map<std::string, std::shared_ptr<const Entry>> g_cache;
 size_t g_created = 0;
 
-std::shared_ptr<const std::optional<Prepared>> prepared_for(const Node& n, std::span<const TensorType> in) {
+std::shared_ptr<const Entry> entry_for(const Node& n, Types in) {
+  if (n.outputs.empty()) fail("node '{}' ({}) has no inferred types", n.name, n.op);
   const std::string key = cache_key(n, in);
   std::lock_guard lock(g_mutex);
   if (auto it = g_cache.find(key); it != g_cache.end()) return it->second;
-  std::optional<Prepared> p;
-  if (n.outputs.empty()) fail("node '{}' ({}) has no inferred types", n.name, n.op);
-  try {
-    if (n.op == "Convolution") p = prepare_convolution(n, in, n.outputs[0]);
-    else if (n.op == "FullyConnected") p = prepare_fully_connected(n, in, n.outputs[0]);
-    else if (n.op == "batch_dot") p = prepare_batch_dot(n, in, n.outputs[0]);
-    else if (n.op == "dot") p = prepare_dot(n, in, n.outputs[0]);
-    else if (n.op == "Pooling") p = prepare_pooling(n, in, n.outputs[0]);
-    else if (n.op == "softmax") p = prepare_softmax(n, in, n.outputs[0]);
-    else if (n.op == "LayerNorm") p = prepare_layer_norm(n, in, n.outputs);
-  } catch (const dnnl::error&) {
-    p.reset();  // "unimplemented" for this combination: the caller uses the reference kernel
-  }
-  if (p) ++g_created;
-  auto shared = std::make_shared<const std::optional<Prepared>>(std::move(p));
-  g_cache.emplace(key, shared);
-  return shared;
+  auto entry = std::make_shared<const Entry>(make_entry(n, in));
+  if (entry->prepared) ++g_created;
+  g_cache.emplace(key, entry);
+  return entry;
 }
 
 }  // namespace
 
-bool onednn_supports(const Node& node, std::span<const TensorType> inputs) { return prepared_for(node, inputs)->has_value(); }
+bool onednn_supports(const Node& node, std::span<const TensorType> inputs) {
+  return entry_for(node, inputs)->prepared.has_value();
+}
+
+std::string onednn_refusal(const Node& node, std::span<const TensorType> inputs) {
+  return entry_for(node, inputs)->refusal;
+}
 
 void onednn_run(const Node& node, std::span<const Tensor> inputs, std::span<Tensor> outputs) {
   std::vector<TensorType> types;
   for (const Tensor& t : inputs) types.push_back(t.type());
-  auto p = prepared_for(node, types);
-  if (!p->has_value()) fail("node '{}' ({}): oneDNN has no implementation for these types and attributes", node.name, node.op);
+  auto e = entry_for(node, types);
+  if (!e->prepared) fail("node '{}' ({}): oneDNN cannot run it: {}", node.name, node.op, e->refusal);
+  if (outputs.size() != node.outputs.size()) fail("node '{}' ({}): {} outputs given, {} expected", node.name, node.op, outputs.size(), node.outputs.size());
+  std::vector<const void*> in_ptrs;
+  std::vector<void*> out_ptrs;
+  for (const Tensor& t : inputs) in_ptrs.push_back(t.raw());
+  for (size_t o = 0; o < outputs.size(); ++o) {
+    if (outputs[o].type() != node.outputs[o])
+      fail("node '{}' ({}): output {} is {}, expected {}", node.name, node.op, o, ir::type_str(outputs[o].type()),
+           ir::type_str(node.outputs[o]));
+    out_ptrs.push_back(outputs[o].raw());
+  }
   try {
-    (**p).run(inputs, outputs);
-  } catch (const dnnl::error& e) {
-    fail("node '{}' ({}): oneDNN failed: {}", node.name, node.op, e.what());
+    e->prepared->run(in_ptrs, out_ptrs);
+  } catch (const dnnl::error& err) {
+    fail("node '{}' ({}): oneDNN failed: {} (status {})", node.name, node.op, err.what(), status_name(err.status));
   }
 }
 
 std::string onednn_impl_name(const Node& node, std::span<const TensorType> inputs) {
-  auto p = prepared_for(node, inputs);
-  return p->has_value() ? (**p).impl : "";
+  auto e = entry_for(node, inputs);
+  return e->prepared ? e->prepared->impl : "";
 }
 
 size_t onednn_primitives_created() {

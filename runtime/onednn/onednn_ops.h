@@ -1,9 +1,16 @@
 // External ops through oneDNN 2.6 (the v2 API): convolution, matmul-like ops, pooling,
-// softmax and LayerNorm, in f32 and bf16, channels-first and channels-last.
+// softmax and LayerNorm, channels-first and channels-last.
 //
-// oneDNN computes bf16 ops with f32 accumulation, so results differ from the reference
-// interpreter by rounding order only (tested with a tolerance, not bit for bit). Primitives
-// are created once per (op, attributes, shapes, dtypes) and cached.
+// Dtypes: f32 runs natively. bf16 runs natively where this CPU's oneDNN has a non-reference
+// implementation for it (AVX-512 and up; oneDNN accumulates in f32 and its bf16 conversions
+// flush subnormals, which the compute paths accept). Otherwise (AVX2: oneDNN 2.6 has no bf16
+// CPU kernels at all) bf16 and f16 run as f32 compute: the low-precision inputs are widened
+// exactly, the f32 primitive runs, and the outputs are rounded with ir/lowp.h (nearest even,
+// subnormals kept) - the reference interpreter's own semantics. Either way results differ
+// from the reference by summation order only (tested with a tolerance, not bit for bit).
+// f64 and integer types are refused (the reference computes f64 in f64).
+//
+// Primitives are created once per (op, attributes, shapes, dtypes) and cached.
 #pragma once
 
 #include "ir/graph.h"
@@ -16,16 +23,24 @@
 namespace ampfuse::runtime {
 
 // Whether oneDNN runs `node` with these input types here (op, dtype and attribute
-// combinations it has; e.g. no f16 compute on this CPU, LayerNorm only over the last axis).
+// combinations it has; e.g. LayerNorm only over the last axis, no sum/lp pooling). Exact:
+// true means onednn_run works. A oneDNN failure other than "unimplemented" while creating
+// the primitive is a bug, not a refusal: it throws ampfuse::Error naming the node and
+// oneDNN's status.
 bool onednn_supports(const ir::Node& node, std::span<const TensorType> inputs);
 
+// Why onednn_supports is false ("" when it is true).
+std::string onednn_refusal(const ir::Node& node, std::span<const TensorType> inputs);
+
 // Runs `node` with oneDNN; `outputs` arrive allocated with the node's types. Throws
-// ampfuse::Error if !onednn_supports.
+// ampfuse::Error (naming the node, and the reason or oneDNN's status) if !onednn_supports
+// or oneDNN fails.
 void onednn_run(const ir::Node& node, std::span<const Tensor> inputs, std::span<Tensor> outputs);
 
-// The implementation oneDNN picked for `node` ("brgconv:avx512_core_bf16", "ref:any"...),
-// creating the primitive if needed. A name starting with "ref:" or "simple:" is oneDNN's slow
-// reference path; run reports flag those.
+// The implementation oneDNN picked for `node` ("jit:avx2", "brgconv:avx512_core_bf16",
+// "ref:any"...), creating the primitive if needed; "" when unsupported. Low-precision nodes
+// computed in f32 carry a suffix: "jit:avx2 (bf16 as f32)". A name starting with "ref:" or
+// "simple:" is oneDNN's slow reference path; run reports flag those.
 std::string onednn_impl_name(const ir::Node& node, std::span<const TensorType> inputs);
 
 // How many primitives were created (cache misses) in this process.
