@@ -2,7 +2,6 @@
 // (engine/graph_dot.h), after AMP conversion when --amp says so. An .svg goes through
 // Graphviz's `dot` program.
 #include "engine/amp_pipeline.h"
-#include "engine/default_model.h"
 #include "engine/fusion_plan.h"
 #include "engine/graph_dot.h"
 #include "ir/error.h"
@@ -32,18 +31,6 @@ struct DotOptions {
   bool no_fuse = false;
   std::string output;
 };
-
-// The default model is built for its batch: --shape may set only data=N,3,32,32.
-ir::Graph default_model_for(const std::map<std::string, ir::Shape>& shapes) {
-  int64_t batch = 1;
-  for (const auto& [name, shape] : shapes) {
-    if (name != "data") fail("--shape {}: the default model has no input '{}' (its input: data)", name, name);
-    if (shape.size() != 4 || shape[1] != 3 || shape[2] != 32 || shape[3] != 32)
-      fail("--shape data={}: the default model takes data of shape N,3,32,32", fmt::join(shape, ","));
-    batch = shape[0];
-  }
-  return engine::build_default_model(batch);
-}
 
 // A word for the shell: single-quoted, with embedded quotes closed and escaped.
 std::string shell_quote(const std::string& s) {
@@ -113,14 +100,7 @@ int run_dot(const DotOptions& o) {
     fail("-o {}: unknown extension '{}' (use .dot for Graphviz text or .svg for a picture)", o.output, ext);
   const std::optional<engine::AmpOptions> amp = o.amp.options();
   const std::map<std::string, ir::Shape> shapes = parse_shape_args(o.shapes);
-  ir::Graph g;
-  if (o.model.empty()) {
-    g = default_model_for(shapes);
-  } else {
-    g = load_model_file(o.model);
-    with_context("--shape", [&] { set_variable_shapes(g, shapes); });
-    with_context(o.model, [&] { infer_types_naming_missing_shapes(g); });
-  }
+  ir::Graph g = load_model(o.model, shapes);
   if (amp) g = engine::convert_for_amp(std::move(g), *amp);
   engine::PlannerOptions po;
   po.fuse = !o.no_fuse;

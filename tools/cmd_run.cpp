@@ -3,7 +3,6 @@
 // says so, planned into fused kernels and compiled (or op by op with --no-fuse, or on the
 // reference interpreter with --interpreter), timed against the f32 graph run unfused.
 #include "engine/amp_pipeline.h"
-#include "engine/default_model.h"
 #include "engine/executor.h"
 #include "ir/error.h"
 #include "runtime/interpreter.h"
@@ -39,36 +38,6 @@ struct RunOptions {
 };
 
 constexpr const char* kDefaultModelName = "<default>";
-
-// The default model is built for its batch: --shape (or an input file) may set only that.
-ir::Graph default_model(const std::map<std::string, ir::Shape>& shapes, const runtime::Bindings& given) {
-  int64_t batch = 1;
-  if (auto it = given.find("data"); it != given.end() && !it->second.shape().empty()) batch = it->second.shape()[0];
-  for (const auto& [name, shape] : shapes) {
-    if (name != "data") fail("the default model has no input '{}' (its input: data)", name);
-    if (shape.size() != 4 || shape[1] != 3 || shape[2] != 32 || shape[3] != 32)
-      fail("--shape data={}: the default model takes data of shape N,3,32,32", fmt::join(shape, ","));
-    batch = shape[0];
-  }
-  ir::Graph g = engine::build_default_model(batch);
-  for (const auto& [name, _] : given)
-    if (!g.find_var(name)) fail("--inputs {}: the default model has no variable '{}' (its input: data)", name, name);
-  return g;
-}
-
-ir::Graph model_from_file(const std::string& path, const std::map<std::string, ir::Shape>& shapes,
-                          const runtime::Bindings& given) {
-  ir::Graph g = load_model_file(path);
-  // An input file fixes its variable's type, unless --shape says otherwise (then the run
-  // reports the mismatch).
-  std::map<std::string, ir::TensorType> from_files;
-  for (const auto& [name, t] : given)
-    if (!shapes.count(name)) from_files[name] = t.type();
-  with_context("--inputs", [&] { set_variable_types(g, from_files); });
-  with_context("--shape", [&] { set_variable_shapes(g, shapes); });
-  infer_types_naming_missing_shapes(g);
-  return g;
-}
 
 // A file name for an output: MXNet names may hold '/' or other characters a path cannot.
 std::string file_stem(const std::string& name, std::set<std::string>& taken) {
@@ -168,7 +137,7 @@ int run_model(const RunOptions& o) {
   for (const auto& [name, path] : parse_input_args(o.inputs))
     given[name] = with_context(fmt::format("--inputs {}", name), [&] { return runtime::read_npy(path); });
 
-  const ir::Graph g = o.model.empty() ? default_model(shapes, given) : model_from_file(o.model, shapes, given);
+  const ir::Graph g = load_model(o.model, shapes, given);
   const runtime::Bindings vars = runtime::random_bindings(g, o.seed, given);
 
   RunReport r;

@@ -1,5 +1,7 @@
 #include "tools/model_input.h"
 
+#include "engine/default_model.h"
+
 #include "ir/error.h"
 #include "ir/mxnet_json.h"
 #include "ir/op_registry.h"
@@ -132,6 +134,45 @@ std::map<std::string, int> op_histogram(const ir::Graph& g) {
   for (const ir::Node& n : g.nodes)
     if (!n.is_var()) ++ops[n.op];
   return ops;
+}
+
+namespace {
+
+// The default model is built for its batch: --shape (or an input file) may set only that.
+ir::Graph default_model(const std::map<std::string, ir::Shape>& shapes, const runtime::Bindings& given) {
+  int64_t batch = 1;
+  if (auto it = given.find("data"); it != given.end() && !it->second.shape().empty()) batch = it->second.shape()[0];
+  for (const auto& [name, shape] : shapes) {
+    if (name != "data") fail("the default model has no input '{}' (its input: data)", name);
+    if (shape.size() != 4 || shape[1] != 3 || shape[2] != 32 || shape[3] != 32)
+      fail("--shape data={}: the default model takes data of shape N,3,32,32", fmt::join(shape, ","));
+    batch = shape[0];
+  }
+  ir::Graph g = engine::build_default_model(batch);
+  for (const auto& [name, _] : given)
+    if (!g.find_var(name)) fail("--inputs {}: the default model has no variable '{}' (its input: data)", name, name);
+  return g;
+}
+
+ir::Graph model_from_file(const std::string& path, const std::map<std::string, ir::Shape>& shapes,
+                          const runtime::Bindings& given) {
+  ir::Graph g = load_model_file(path);
+  // An input file fixes its variable's type, unless --shape says otherwise (then the run
+  // reports the mismatch).
+  std::map<std::string, ir::TensorType> from_files;
+  for (const auto& [name, t] : given)
+    if (!shapes.count(name)) from_files[name] = t.type();
+  with_context("--inputs", [&] { set_variable_types(g, from_files); });
+  with_context("--shape", [&] { set_variable_shapes(g, shapes); });
+  infer_types_naming_missing_shapes(g);
+  return g;
+}
+
+}  // namespace
+
+ir::Graph load_model(const std::string& model, const std::map<std::string, ir::Shape>& shapes,
+                     const runtime::Bindings& given) {
+  return model.empty() ? default_model(shapes, given) : model_from_file(model, shapes, given);
 }
 
 }  // namespace ampfuse::tools

@@ -2,6 +2,7 @@
 #pragma once
 
 #include "ir/graph.h"
+#include "runtime/interpreter.h"
 
 #include <map>
 #include <string>
@@ -36,5 +37,12 @@ void infer_types_naming_missing_shapes(ir::Graph& g);
 
 // Op name -> number of nodes.
 std::map<std::string, int> op_histogram(const ir::Graph& g);
+
+// The typed graph of `model` (an MXNet *-symbol.json path), or of the embedded default
+// model when `model` is empty (--shape data=N,3,32,32 sets its batch). `shapes` come from
+// --shape; `given` are variables bound from --inputs files, whose types count unless
+// --shape says otherwise. Throws ampfuse::Error naming the option or input at fault.
+ir::Graph load_model(const std::string& model, const std::map<std::string, ir::Shape>& shapes,
+                     const runtime::Bindings& given = {});
 
 }  // namespace ampfuse::tools
