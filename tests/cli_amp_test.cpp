@@ -91,6 +91,9 @@ TEST(CliRunAmp, HumanReportAndBadOptions) {
   expect_clean_error(run_cli("run --repeat 0"), "--repeat 0");
   expect_clean_error(run_cli("run --interpreter --no-fuse"), "choose one");
   expect_clean_error(run_cli("run --exclude conv0"), "need --amp bf16 or fp16");
+  expect_clean_error(run_cli("run --device tpu"), "--device tpu: expected cpu or cuda");
+  // No GPU here: one line naming what is missing (with a GPU: that the executor lacks it).
+  expect_clean_error(run_cli("run --device cuda"), "--device cuda: ");
 }
 
 TEST(CliFuzz, RunsSeedsAndReportsThem) {
