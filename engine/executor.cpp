@@ -12,10 +12,13 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <map>
 #include <set>
+
+#include <unistd.h>
 
 namespace ampfuse::engine {
 
@@ -145,6 +148,9 @@ Executable Executable::compile(ir::Graph g, const ExecutorOptions& opts) {
   CompileStats& st = impl->stats;
   impl->onednn_node.assign(graph.nodes.size(), false);
   impl->kernels.reserve(impl->plan.steps.size());
+  const bool show_progress = opts.progress && isatty(STDERR_FILENO);
+  const auto total_kernels = std::count_if(impl->plan.steps.begin(), impl->plan.steps.end(),
+                                           [](const PlanStep& s) { return std::holds_alternative<FusedKernel>(s); });
   for (const PlanStep& step : impl->plan.steps) {
     impl->kernel_of_step.push_back(-1);
     if (const auto* k = std::get_if<FusedKernel>(&step)) {
@@ -154,6 +160,7 @@ Executable Executable::compile(ir::Graph g, const ExecutorOptions& opts) {
       const std::string name = fmt::format("k{}_{}", st.kernels, graph.nodes[k->nodes.back()].op);
       ++st.kernels;
       st.fused_nodes += static_cast<int>(k->nodes.size());
+      if (show_progress) std::fprintf(stderr, "\rcompiling kernels %d/%ld", st.kernels, static_cast<long>(total_kernels));
       pk.empty = ir::num_elements(k->iteration) == 0;
       if (!pk.empty) try {
         pk.lowered = lower_kernel(graph, *k, name, opts.check_nonfinite);
@@ -183,6 +190,8 @@ Executable Executable::compile(ir::Graph g, const ExecutorOptions& opts) {
       ++st.views;
     }
   }
+
+  if (show_progress && total_kernels > 0) std::fprintf(stderr, "\r%40s\r", "");
 
   // Liveness: a value dies after the last step that reads it (graph outputs never die).
   impl->outputs.insert(graph.outputs.begin(), graph.outputs.end());

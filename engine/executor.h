@@ -40,6 +40,9 @@ struct ExecutorOptions {
   // Every fused kernel also reports whether any value it reads or writes is NaN or +-Inf
   // (the loss scaler's overflow check, at no extra pass over memory); see RunStats.
   bool check_nonfinite = false;
+  // Show "compiling kernels i/N" on stderr while compiling, when stderr is a terminal
+  // (never otherwise, so logs and --json output stay clean).
+  bool progress = false;
   runtime::KernelCache* cache = nullptr;  // null: KernelCache::global()
   runtime::ThreadPool* pool = nullptr;    // null: ThreadPool::global()
 };

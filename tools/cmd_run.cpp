@@ -171,6 +171,7 @@ int run_model(const RunOptions& o) {
   } else {
     engine::ExecutorOptions eo;
     eo.fuse = !o.no_fuse;
+    eo.progress = !o.json;
     auto t0 = std::chrono::steady_clock::now();
     const engine::Executable exe = engine::Executable::compile(run_graph, eo);
     const double cold_ms = ms_since(t0);
