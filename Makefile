@@ -17,7 +17,7 @@ build-asan: setup
 	@cmake --build $(ASAN_BUILD) -j $(JOBS)
 
 demo: build
-	@./$(BUILD)/ampfuse run --amp bf16
+	@./$(BUILD)/ampfuse run --amp bf16 --cast-params-offline --repeat 20
 
 # The whole suite twice: the release build, then under ASan + UBSan (without the
 # exhaustive 2^32-input checks, which take minutes there and test arithmetic, not memory).
