@@ -39,6 +39,11 @@ struct PreparedKernel {
   std::shared_ptr<const runtime::CompiledKernel> compiled;
 };
 
+// The node of an external or view step.
+int32_t single_node(const PlanStep& step) {
+  return std::holds_alternative<ExternalStep>(step) ? std::get<ExternalStep>(step).node : std::get<ViewStep>(step).node;
+}
+
 // The values a step reads.
 std::vector<ValueRef> step_reads(const ir::Graph& g, const PlanStep& step) {
   if (const auto* k = std::get_if<FusedKernel>(&step)) {
@@ -46,9 +51,7 @@ std::vector<ValueRef> step_reads(const ir::Graph& g, const PlanStep& step) {
     for (const KernelOperand& op : k->inputs) reads.push_back(op.value);
     return reads;
   }
-  const int32_t n = std::holds_alternative<ExternalStep>(step) ? std::get<ExternalStep>(step).node
-                                                               : std::get<ViewStep>(step).node;
-  return g.nodes[n].inputs;
+  return g.nodes[single_node(step)].inputs;
 }
 
 // The values a step produces.
@@ -58,8 +61,7 @@ std::vector<ValueRef> step_writes(const ir::Graph& g, const PlanStep& step) {
     for (const KernelOperand& op : k->outputs) writes.push_back(op.value);
     return writes;
   }
-  const int32_t n = std::holds_alternative<ExternalStep>(step) ? std::get<ExternalStep>(step).node
-                                                               : std::get<ViewStep>(step).node;
+  const int32_t n = single_node(step);
   std::vector<ValueRef> writes;
   for (size_t o = 0; o < g.nodes[n].outputs.size(); ++o) writes.push_back({n, static_cast<int32_t>(o)});
   return writes;
