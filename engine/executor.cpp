@@ -39,34 +39,6 @@ struct PreparedKernel {
   std::shared_ptr<const runtime::CompiledKernel> compiled;
 };
 
-// The node of an external or view step.
-int32_t single_node(const PlanStep& step) {
-  return std::holds_alternative<ExternalStep>(step) ? std::get<ExternalStep>(step).node : std::get<ViewStep>(step).node;
-}
-
-// The values a step reads.
-std::vector<ValueRef> step_reads(const ir::Graph& g, const PlanStep& step) {
-  if (const auto* k = std::get_if<FusedKernel>(&step)) {
-    std::vector<ValueRef> reads;
-    for (const KernelOperand& op : k->inputs) reads.push_back(op.value);
-    return reads;
-  }
-  return g.nodes[single_node(step)].inputs;
-}
-
-// The values a step produces.
-std::vector<ValueRef> step_writes(const ir::Graph& g, const PlanStep& step) {
-  if (const auto* k = std::get_if<FusedKernel>(&step)) {
-    std::vector<ValueRef> writes;
-    for (const KernelOperand& op : k->outputs) writes.push_back(op.value);
-    return writes;
-  }
-  const int32_t n = single_node(step);
-  std::vector<ValueRef> writes;
-  for (size_t o = 0; o < g.nodes[n].outputs.size(); ++o) writes.push_back({n, static_cast<int32_t>(o)});
-  return writes;
-}
-
 bool is_slow_impl(const std::string& impl) { return impl.starts_with("ref:") || impl.starts_with("simple"); }
 
 std::string node_label(const ir::Graph& g, int32_t n) { return fmt::format("node '{}' ({})", g.nodes[n].name, g.nodes[n].op); }
@@ -109,7 +81,6 @@ struct Executable::Impl {
   std::vector<PreparedKernel> kernels;   // one per FusedKernel step, in plan order
   std::vector<int32_t> kernel_of_step;   // index into kernels, -1 for other steps
   std::vector<std::vector<ValueRef>> dead_after;  // per step: values no later step reads
-  std::set<ValueRef> outputs;
   std::vector<bool> onednn_node;         // per graph node: runs through oneDNN
 
   runtime::ThreadPool& pool() const { return opts.pool ? *opts.pool : runtime::ThreadPool::global(); }
@@ -195,16 +166,7 @@ Executable Executable::compile(ir::Graph g, const ExecutorOptions& opts) {
 
   if (show_progress && total_kernels > 0) std::fprintf(stderr, "\r%40s\r", "");
 
-  // Liveness: a value dies after the last step that reads it (graph outputs never die).
-  impl->outputs.insert(graph.outputs.begin(), graph.outputs.end());
-  std::map<ValueRef, size_t> last_read;
-  for (size_t s = 0; s < impl->plan.steps.size(); ++s) {
-    for (ValueRef v : step_writes(graph, impl->plan.steps[s])) last_read[v] = s;  // unread: dies at once
-    for (ValueRef v : step_reads(graph, impl->plan.steps[s])) last_read[v] = s;
-  }
-  impl->dead_after.resize(impl->plan.steps.size());
-  for (const auto& [v, s] : last_read)
-    if (!impl->outputs.count(v) && !graph.nodes[v.node].is_var()) impl->dead_after[s].push_back(v);
+  impl->dead_after = values_dead_after(graph, impl->plan);
 
   st.compile_seconds = seconds_since(t0);
   return Executable(std::move(impl));

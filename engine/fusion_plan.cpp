@@ -386,6 +386,43 @@ std::string value_name(const Graph& g, ValueRef v) {
 
 Plan plan_fusion(const Graph& g, const PlannerOptions& opts) { return Planner(g, opts).run(); }
 
+int32_t step_node(const PlanStep& step) {
+  return std::holds_alternative<ExternalStep>(step) ? std::get<ExternalStep>(step).node : std::get<ViewStep>(step).node;
+}
+
+std::vector<ValueRef> step_reads(const ir::Graph& g, const PlanStep& step) {
+  if (const auto* k = std::get_if<FusedKernel>(&step)) {
+    std::vector<ValueRef> reads;
+    for (const KernelOperand& op : k->inputs) reads.push_back(op.value);
+    return reads;
+  }
+  return g.nodes[step_node(step)].inputs;
+}
+
+std::vector<ValueRef> step_writes(const ir::Graph& g, const PlanStep& step) {
+  std::vector<ValueRef> writes;
+  if (const auto* k = std::get_if<FusedKernel>(&step)) {
+    for (const KernelOperand& op : k->outputs) writes.push_back(op.value);
+    return writes;
+  }
+  const int32_t n = step_node(step);
+  for (size_t o = 0; o < g.nodes[n].outputs.size(); ++o) writes.push_back({n, static_cast<int32_t>(o)});
+  return writes;
+}
+
+std::vector<std::vector<ValueRef>> values_dead_after(const ir::Graph& g, const Plan& p) {
+  const std::set<ValueRef> outputs(g.outputs.begin(), g.outputs.end());
+  std::map<ValueRef, size_t> last_read;
+  for (size_t s = 0; s < p.steps.size(); ++s) {
+    for (ValueRef v : step_writes(g, p.steps[s])) last_read[v] = s;  // never read: dies at once
+    for (ValueRef v : step_reads(g, p.steps[s])) last_read[v] = s;
+  }
+  std::vector<std::vector<ValueRef>> dead(p.steps.size());
+  for (const auto& [v, s] : last_read)
+    if (!outputs.count(v) && !g.nodes[v.node].is_var()) dead[s].push_back(v);
+  return dead;
+}
+
 int64_t kernel_bytes(const Graph& g, const FusedKernel& k) {
   int64_t bytes = 0;
   for (const auto* list : {&k.inputs, &k.outputs})

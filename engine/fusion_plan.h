@@ -111,6 +111,16 @@ struct PlannerOptions {
 // Partitions `g` (types inferred) into steps. Groups never create a cycle between steps.
 Plan plan_fusion(const ir::Graph& g, const PlannerOptions& opts = {});
 
+// The node of an external or view step.
+int32_t step_node(const PlanStep& step);
+// The values a step reads (a kernel's loads; a node's inputs) and produces.
+std::vector<ir::ValueRef> step_reads(const ir::Graph& g, const PlanStep& step);
+std::vector<ir::ValueRef> step_writes(const ir::Graph& g, const PlanStep& step);
+
+// Liveness: for each step, the values no later step reads, so their buffers can be reused
+// after it. Graph outputs and variables never appear (they outlive the run).
+std::vector<std::vector<ir::ValueRef>> values_dead_after(const ir::Graph& g, const Plan& p);
+
 // Bytes a kernel reads and writes (each distinct operand once).
 int64_t kernel_bytes(const ir::Graph& g, const FusedKernel& k);
 
