@@ -253,10 +253,12 @@ struct BuildReport {
   double nvrtc_seconds = 0;
 };
 
-// Compiles `source` for sm_<arch> to CUBIN and its PTX with ptxas; expects every named
-// kernel in both reports and no errors. Spills are reported, not failed.
+// Compiles `source` for sm_<arch> to CUBIN (NVRTC runs the PTX assembler itself, with -v:
+// register and spill counts per kernel) and, with `standalone_ptxas`, assembles the PTX once
+// more with the toolkit's ptxas; expects every named kernel in the reports and no errors.
+// Spills are reported, not failed.
 BuildReport build_for(const std::string& source, const std::string& tag, int arch,
-                      const std::vector<std::string>& kernels) {
+                      const std::vector<std::string>& kernels, bool standalone_ptxas = true) {
   BuildReport rep;
   cu::NvrtcOptions opts;
   opts.arch = arch;
@@ -283,6 +285,7 @@ BuildReport build_for(const std::string& source, const std::string& tag, int arc
   }
   for (const std::string& k : kernels) EXPECT_TRUE(seen.count(k)) << k << " missing from the ptxas report of " << tag;
   rep.kernels = static_cast<int>(seen.size());
+  if (!standalone_ptxas) return rep;
   const PtxasRun pr = run_ptxas(r.ptx, arch, fmt::format("{}_sm{}", tag, arch));
   EXPECT_EQ(pr.status, 0) << "ptxas failed on the PTX of " << tag << ":\n" << pr.output;
   EXPECT_EQ(cu::parse_ptxas_log(pr.output).size(), usage.size()) << pr.output;
@@ -353,62 +356,86 @@ TEST(CudaNvrtc, UnknownArchitecturesGetPtxForTheNewestKnown) {
   EXPECT_NE(std::string(r.binary.data()).find(".entry flat_f32("), std::string::npos);
 }
 
-// Every kernel the differential fuzzer's graphs produce (seeds 1-2000, as the CPU fuzzer),
-// deduplicated by signature, through NVRTC for sm_80 and sm_90 and ptxas. Kernels go in
-// translation units of kKernelsPerProgram uniquely named kernels (NVRTC's start-up is paid
-// once per unit), compiled on every core until the time budget is spent:
-// AMPFUSE_CUDA_NVRTC_SECONDS (default 40; 0 = no limit, every kernel).
+// Every kernel the differential fuzzer's graphs produce (seeds 1-2000, as the CPU fuzzer;
+// AMPFUSE_FUZZ_GRAPHS=N per shard there means 4N here), deduplicated by signature, built by
+// NVRTC for sm_80 and sm_90 down to CUBIN with ptxas's report. Kernels go in translation
+// units of kKernelsPerProgram uniquely named kernels (NVRTC's start-up is paid once per
+// unit); the units are dealt to kNvrtcShards ctest cases so that ctest spreads the work
+// (about 0.2 s of NVRTC a kernel and architecture: most of it is the optimizer on the
+// unrolled 128-bit pack loop). Under AddressSanitizer each shard builds its first unit only:
+// the sanitizer cannot see into NVRTC, and the release run builds them all.
 constexpr size_t kKernelsPerProgram = 16;
+constexpr int kNvrtcShards = 8;
 
-TEST(CudaNvrtc, FuzzerGraphsBuildForSm80AndSm90) {
-  const auto t0 = std::chrono::steady_clock::now();
-  auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
-  uint64_t graphs = 2000;
-  if (const char* env = std::getenv("AMPFUSE_FUZZ_GRAPHS")) graphs = std::strtoull(env, nullptr, 10) * 4;
-  double budget = 40;
-  if (const char* env = std::getenv("AMPFUSE_CUDA_NVRTC_SECONDS")) budget = std::strtod(env, nullptr);
+struct FuzzUnit {
+  std::string source;
+  std::vector<std::string> names;
+};
 
-  struct Unit {
-    std::string source;
-    std::vector<std::string> names;
-  };
-  std::vector<Unit> units;
-  std::unordered_set<std::string> keys;
+struct FuzzUnits {
+  std::vector<FuzzUnit> units;
+  uint64_t graphs = 0;
   int lowered = 0, fallbacks = 0;
-  for (uint64_t seed = 1; seed <= graphs; ++seed) {
-    const engine::RandomGraph rg = engine::random_fusable_graph(seed);
-    for (const engine::PlanStep& step : engine::plan_fusion(rg.graph).steps) {
-      const auto* k = std::get_if<engine::FusedKernel>(&step);
-      if (!k || ir::num_elements(k->iteration) == 0) continue;
-      engine::LoweredKernel lk;
-      try {
-        // Odd seeds with the loss scaler's non-finite flag, as the executor lowers them.
-        lk = engine::lower_kernel(rg.graph, *k, fmt::format("seed{}", seed), seed % 2 == 1);
-      } catch (const Error& e) {
-        ++fallbacks;  // the executor runs these nodes on the interpreter
-        continue;
+  size_t distinct = 0;
+};
+
+const FuzzUnits& fuzz_units() {
+  static const FuzzUnits all = [] {
+    FuzzUnits r;
+    r.graphs = 2000;
+    if (const char* env = std::getenv("AMPFUSE_FUZZ_GRAPHS")) r.graphs = std::strtoull(env, nullptr, 10) * 4;
+    std::unordered_set<std::string> keys;
+    for (uint64_t seed = 1; seed <= r.graphs; ++seed) {
+      const engine::RandomGraph rg = engine::random_fusable_graph(seed);
+      for (const engine::PlanStep& step : engine::plan_fusion(rg.graph).steps) {
+        const auto* k = std::get_if<engine::FusedKernel>(&step);
+        if (!k || ir::num_elements(k->iteration) == 0) continue;
+        engine::LoweredKernel lk;
+        try {
+          // Odd seeds with the loss scaler's non-finite flag, as the executor lowers them.
+          lk = engine::lower_kernel(rg.graph, *k, fmt::format("seed{}", seed), seed % 2 == 1);
+        } catch (const Error& e) {
+          ++r.fallbacks;  // the executor runs these nodes on the interpreter
+          continue;
+        }
+        ++r.lowered;
+        const codegen::KernelSignature sig = codegen::signature(lk.spec);
+        if (!keys.insert(sig.key()).second) continue;
+        if (r.units.empty() || r.units.back().names.size() == kKernelsPerProgram)
+          r.units.push_back({codegen::cuda_prelude(), {}});
+        FuzzUnit& u = r.units.back();
+        u.names.push_back(fmt::format("k{}", keys.size() - 1));
+        u.source += codegen::emit_cuda_kernel(sig, u.names.back());
       }
-      ++lowered;
-      const codegen::KernelSignature sig = codegen::signature(lk.spec);
-      if (!keys.insert(sig.key()).second) continue;
-      if (units.empty() || units.back().names.size() == kKernelsPerProgram) units.push_back({codegen::cuda_prelude(), {}});
-      Unit& u = units.back();
-      u.names.push_back(fmt::format("k{}", keys.size() - 1));
-      u.source += codegen::emit_cuda_kernel(sig, u.names.back());
     }
-  }
-  std::printf("  %llu graphs: %d kernels (%d not lowerable), %zu distinct signatures in %zu programs (%.1f s)\n",
-              static_cast<unsigned long long>(graphs), lowered, fallbacks, keys.size(), units.size(), elapsed());
-  ASSERT_GT(keys.size(), 10u);
+    r.distinct = keys.size();
+    return r;
+  }();
+  return all;
+}
+
+class CudaNvrtcFuzz : public ::testing::TestWithParam<int> {};
+
+TEST_P(CudaNvrtcFuzz, EveryKernelBuildsForSm80AndSm90) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const FuzzUnits& all = fuzz_units();
+  ASSERT_GT(all.distinct, 10u);
+  const int shard = GetParam();
+  std::vector<size_t> mine;
+  for (size_t i = static_cast<size_t>(shard); i < all.units.size(); i += kNvrtcShards) mine.push_back(i);
+#ifdef __SANITIZE_ADDRESS__
+  if (mine.size() > 1) mine.resize(1);
+#endif
 
   std::mutex mutex;
   std::map<int, BuildReport> total;  // by arch
-  size_t built_units = 0, built_kernels = 0;
+  size_t kernels = 0;
   std::atomic<size_t> next{0};
   auto worker = [&] {
-    for (size_t i; (budget <= 0 || elapsed() < budget) && (i = next++) < units.size();) {
+    for (size_t j; (j = next++) < mine.size();) {
+      const FuzzUnit& u = all.units[mine[j]];
       for (int arch : {80, 90}) {
-        const BuildReport r = build_for(units[i].source, fmt::format("fuzz_unit{}", i), arch, units[i].names);
+        const BuildReport r = build_for(u.source, fmt::format("fuzz_unit{}", mine[j]), arch, u.names, false);
         std::lock_guard<std::mutex> lock(mutex);
         BuildReport& t = total[arch];
         t.kernels += r.kernels;
@@ -417,22 +444,28 @@ TEST(CudaNvrtc, FuzzerGraphsBuildForSm80AndSm90) {
         t.nvrtc_seconds += r.nvrtc_seconds;
       }
       std::lock_guard<std::mutex> lock(mutex);
-      ++built_units;
-      built_kernels += units[i].names.size();
+      kernels += u.names.size();
     }
   };
+  // Two builds at a time: ctest runs other shards beside this one.
   std::vector<std::thread> threads;
-  for (unsigned t = 0; t < std::max(1u, std::thread::hardware_concurrency()); ++t) threads.emplace_back(worker);
+  for (unsigned t = 0; t < std::min(2u, std::max(1u, std::thread::hardware_concurrency())); ++t)
+    threads.emplace_back(worker);
   for (std::thread& t : threads) t.join();
+  if (shard == 0)
+    std::printf("  %llu graphs: %d kernels (%d not lowerable), %zu distinct signatures in %zu programs\n",
+                static_cast<unsigned long long>(all.graphs), all.lowered, all.fallbacks, all.distinct,
+                all.units.size());
   for (const auto& [arch, r] : total)
-    std::printf("  sm_%d: %d kernels, NVRTC %.1f s (%.2f s a kernel), at most %d registers, %d kernels spill\n", arch,
-                r.kernels, r.nvrtc_seconds, r.nvrtc_seconds / std::max(r.kernels, 1), r.max_registers, r.spilling);
-  std::printf("  built %zu of %zu distinct kernels (%zu of %zu programs) in %.1f s%s\n", built_kernels, keys.size(),
-              built_units, units.size(), elapsed(),
-              built_units < units.size() ? "; AMPFUSE_CUDA_NVRTC_SECONDS=0 builds them all" : "");
-  EXPECT_GT(built_units, 0u);
-  RecordProperty("kernels_built", static_cast<int>(built_kernels));
+    std::printf("  shard %d sm_%d: %d kernels, NVRTC %.1f s (%.2f s a kernel), at most %d registers, %d kernels spill\n",
+                shard, arch, r.kernels, r.nvrtc_seconds, r.nvrtc_seconds / std::max(r.kernels, 1), r.max_registers,
+                r.spilling);
+  std::printf("  shard %d: built %zu kernels (%zu programs) in %.1f s\n", shard, kernels, mine.size(),
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  RecordProperty("kernels_built", static_cast<int>(kernels));
 }
+
+INSTANTIATE_TEST_SUITE_P(Shards, CudaNvrtcFuzz, ::testing::Range(0, kNvrtcShards));
 
 #else
 
