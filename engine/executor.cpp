@@ -1,6 +1,7 @@
 #include "engine/executor.h"
 
 #include "engine/kernel_lowering.h"
+#include "engine/passes/compute_in_f32.h"
 #include "engine/passes/dce.h"
 #include "ir/dump.h"
 #include "ir/error.h"
@@ -82,12 +83,27 @@ struct Executable::Impl {
   std::vector<int32_t> kernel_of_step;   // index into kernels, -1 for other steps
   std::vector<std::vector<ValueRef>> dead_after;  // per step: values no later step reads
   std::vector<bool> onednn_node;         // per graph node: runs through oneDNN
+  // constant_params: per graph node, whether it is a constant param or computed from those
+  // alone; per step, whether it only reads such values.
+  std::vector<bool> constant_node;
+  std::vector<bool> constant_step;
+  std::vector<int32_t> constant_vars;    // the constant param variables, in node order
+
+  // What runs keep between them (constant_params): the constant steps' outputs, the buffers
+  // they were computed from, and convolution weights reordered by oneDNN.
+  struct ConstantCache {
+    std::vector<Tensor> bound;              // per constant_vars entry; empty: nothing cached
+    std::map<ValueRef, Tensor> values;
+    std::map<int32_t, runtime::OnednnWeightCache> weights;  // by node
+  };
+  mutable ConstantCache constants;
 
   runtime::ThreadPool& pool() const { return opts.pool ? *opts.pool : runtime::ThreadPool::global(); }
 
   void run_fused(const PreparedKernel& pk, std::map<ValueRef, Tensor>& values, BufferPool& buffers,
                  RunStats& rs) const;
   void run_external(int32_t n, std::map<ValueRef, Tensor>& values, BufferPool& buffers) const;
+  bool constants_still_bound(const std::map<ValueRef, Tensor>& values) const;
 };
 
 Executable::Executable(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -111,6 +127,13 @@ Executable Executable::compile(ir::Graph g, const ExecutorOptions& opts) {
   ir::verify(g);
   dce(g);  // nodes no output depends on never run
   auto impl = std::make_unique<Impl>();
+  CompileStats& st = impl->stats;
+  if (opts.use_onednn)
+    st.widened_external = compute_in_f32(g, [](const ir::Graph& gr, int32_t n) {
+      std::vector<ir::TensorType> types;
+      for (ValueRef in : gr.nodes[n].inputs) types.push_back(gr.type(in));
+      return runtime::onednn_computes_in_f32(gr.nodes[n], types);
+    });
   impl->graph = std::move(g);
   impl->opts = opts;
   const ir::Graph& graph = impl->graph;
@@ -118,7 +141,6 @@ Executable Executable::compile(ir::Graph g, const ExecutorOptions& opts) {
   if (dump_enabled("plan")) std::fprintf(stderr, "=== plan\n%s", print_plan(graph, impl->plan).c_str());
 
   runtime::KernelCache& cache = opts.cache ? *opts.cache : runtime::KernelCache::global();
-  CompileStats& st = impl->stats;
   impl->onednn_node.assign(graph.nodes.size(), false);
   impl->kernels.reserve(impl->plan.steps.size());
   const bool show_progress = opts.progress && isatty(STDERR_FILENO);
@@ -168,6 +190,28 @@ Executable Executable::compile(ir::Graph g, const ExecutorOptions& opts) {
 
   impl->dead_after = values_dead_after(graph, impl->plan);
 
+  // Constant params and what is computed from them alone (ops with at least one input).
+  impl->constant_node.assign(graph.nodes.size(), false);
+  if (opts.constant_params)
+    for (size_t i = 0; i < graph.nodes.size(); ++i) {
+      const ir::Node& n = graph.nodes[i];
+      if (n.is_var()) {
+        impl->constant_node[i] = n.role != ir::VarRole::input;
+        if (impl->constant_node[i]) impl->constant_vars.push_back(static_cast<int32_t>(i));
+      } else {
+        impl->constant_node[i] = !n.inputs.empty() && std::all_of(n.inputs.begin(), n.inputs.end(), [&](ValueRef v) {
+          return impl->constant_node[v.node];
+        });
+      }
+    }
+  for (const PlanStep& step : impl->plan.steps) {
+    const std::vector<ValueRef> reads = step_reads(graph, step);
+    const bool constant = opts.constant_params && !reads.empty() &&
+                          std::all_of(reads.begin(), reads.end(), [&](ValueRef v) { return impl->constant_node[v.node]; });
+    impl->constant_step.push_back(constant);
+    st.constant_steps += constant;
+  }
+
   st.compile_seconds = seconds_since(t0);
   return Executable(std::move(impl));
 }
@@ -216,13 +260,23 @@ void Executable::Impl::run_external(int32_t n, std::map<ValueRef, Tensor>& value
     if (onednn_node[n]) {
       std::vector<Tensor> outs;
       for (const ir::TensorType& t : node.outputs) outs.push_back(buffers.acquire(t));
-      runtime::onednn_run(node, inputs, outs);
+      // Constant weights are reordered once (ExecutorOptions::constant_params).
+      runtime::OnednnWeightCache* weights =
+          node.inputs.size() > 1 && constant_node[node.inputs[1].node] ? &constants.weights[n] : nullptr;
+      runtime::onednn_run(node, inputs, outs, weights);
       for (size_t o = 0; o < outs.size(); ++o) values[{n, static_cast<int32_t>(o)}] = std::move(outs[o]);
     } else {
       std::vector<Tensor> outs = runtime::run_node(node, inputs);
       for (size_t o = 0; o < outs.size(); ++o) values[{n, static_cast<int32_t>(o)}] = std::move(outs[o]);
     }
   });
+}
+
+bool Executable::Impl::constants_still_bound(const std::map<ValueRef, Tensor>& values) const {
+  if (constants.bound.size() != constant_vars.size()) return false;
+  for (size_t i = 0; i < constant_vars.size(); ++i)
+    if (values.at({constant_vars[i], 0}).raw() != constants.bound[i].raw()) return false;
+  return true;
 }
 
 std::vector<Tensor> Executable::run(const runtime::Bindings& vars, RunStats* stats) const {
@@ -244,9 +298,15 @@ std::vector<Tensor> Executable::run(const runtime::Bindings& vars, RunStats* sta
 
   RunStats rs;
   BufferPool buffers;
+  // Constant steps run on the first run and whenever a param is bound to another buffer;
+  // their outputs stay in the cache (shared, so the pool never hands their buffers out).
+  rs.reused_constants = !im.constant_vars.empty() && im.constants_still_bound(values);
+  if (!rs.reused_constants) im.constants = {};
   for (size_t s = 0; s < im.plan.steps.size(); ++s) {
     const PlanStep& step = im.plan.steps[s];
-    if (std::holds_alternative<FusedKernel>(step)) {
+    if (im.constant_step[s] && rs.reused_constants) {
+      for (ValueRef v : step_writes(g, step)) values[v] = im.constants.values.at(v);
+    } else if (std::holds_alternative<FusedKernel>(step)) {
       im.run_fused(im.kernels[im.kernel_of_step[s]], values, buffers, rs);
     } else if (const auto* e = std::get_if<ExternalStep>(&step)) {
       im.run_external(e->node, values, buffers);
@@ -255,6 +315,8 @@ std::vector<Tensor> Executable::run(const runtime::Bindings& vars, RunStats* sta
       const ir::Node& node = g.nodes[n];
       values[{n, 0}] = values.at(node.inputs.at(0)).reshaped(node.outputs[0].shape);
     }
+    if (im.constant_step[s] && !rs.reused_constants)
+      for (ValueRef v : step_writes(g, step)) im.constants.values[v] = values.at(v);
     for (ValueRef v : im.dead_after[s]) {
       auto it = values.find(v);
       if (it == values.end()) continue;
@@ -263,6 +325,8 @@ std::vector<Tensor> Executable::run(const runtime::Bindings& vars, RunStats* sta
       buffers.release(std::move(t));
     }
   }
+  if (!rs.reused_constants)
+    for (int32_t var : im.constant_vars) im.constants.bound.push_back(values.at({var, 0}));
   std::vector<Tensor> outputs;
   for (ValueRef v : g.outputs) outputs.push_back(values.at(v));
   rs.seconds = seconds_since(t0);

@@ -43,6 +43,13 @@ struct ExecutorOptions {
   // Show "compiling kernels i/N" on stderr while compiling, when stderr is a terminal
   // (never otherwise, so logs and --json output stay clean).
   bool progress = false;
+  // Variables with the param or aux role (weights, BatchNorm statistics) keep their values
+  // for as long as they stay bound to the same buffers, as at inference. Then whatever is
+  // computed from them alone (weights widened to f32, convolution weights reordered by
+  // oneDNN) is computed by the first run and reused by later runs while every one of them
+  // is bound to the same buffer as then. Off (the default), everything is computed every
+  // run: right when weights are updated in place between runs (training).
+  bool constant_params = false;
   runtime::KernelCache* cache = nullptr;  // null: KernelCache::global()
   runtime::ThreadPool* pool = nullptr;    // null: ThreadPool::global()
 };
@@ -52,6 +59,11 @@ struct CompileStats {
   int kernels = 0;           // fused kernel steps
   int external_ops = 0;
   int views = 0;
+  // External nodes oneDNN computes in f32 for want of bf16/f16 kernels here, rewritten with
+  // explicit casts that fuse into the kernels around them (engine/passes/compute_in_f32.h).
+  int widened_external = 0;
+  // Steps computed from constant params only (ExecutorOptions::constant_params): run once.
+  int constant_steps = 0;
   int fused_nodes = 0;       // graph nodes computed inside fused kernels
   int compilations = 0;      // kernels compiled now (the rest were cache hits)
   int cache_hits = 0;
@@ -70,6 +82,9 @@ struct RunStats {
   // Bytes of the buffers the executor allocated for kernel and oneDNN outputs: a buffer
   // reused after its value died counts once. (Interpreter fallbacks allocate their own.)
   int64_t peak_bytes = 0;
+  // With constant_params: whether this run reused the constant steps' results (false on
+  // the first run and after a param was bound to another buffer).
+  bool reused_constants = false;
 };
 
 class Executable {
@@ -79,7 +94,8 @@ class Executable {
   static Executable compile(ir::Graph g, const ExecutorOptions& opts = {});
 
   // Runs the graph; every variable must be bound with exactly its type (as interpret()).
-  // Returns the outputs in order. Thread-compatible: one run at a time per Executable.
+  // Returns the outputs in order. Thread-compatible: one run at a time per Executable (the
+  // constant cache of ExecutorOptions::constant_params is updated by runs).
   std::vector<runtime::Tensor> run(const runtime::Bindings& vars, RunStats* stats = nullptr) const;
 
   const ir::Graph& graph() const;

@@ -3,6 +3,8 @@
 #include "engine/differential.h"
 #include "engine/executor.h"
 #include "ir/builder.h"
+#include "ir/text_format.h"
+#include "ir/type_inference.h"
 #include "runtime/kernel_cache.h"
 #include "tests/test_util.h"
 
@@ -29,6 +31,18 @@ ir::Graph amp_chain(int64_t batch) {
   const ValueRef r = b.op("Activation", {a}, {{"act_type", "relu"}});
   b.output(b.op("amp_cast", {r}, {{"dtype", "float32"}}));
   return b.finish();
+}
+
+// Within `tol` relative to the largest |value| of each output (oneDNN sums in its own order).
+void expect_near(const std::vector<Tensor>& want, const std::vector<Tensor>& got, double tol) {
+  ASSERT_EQ(want.size(), got.size());
+  for (size_t k = 0; k < want.size(); ++k) {
+    ASSERT_EQ(want[k].type(), got[k].type());
+    double largest = 0;
+    for (int64_t i = 0; i < want[k].size(); ++i) largest = std::max(largest, std::fabs(want[k].get_f64(i)));
+    for (int64_t i = 0; i < want[k].size(); ++i)
+      ASSERT_NEAR(want[k].get_f64(i), got[k].get_f64(i), tol * largest) << "output " << k << " element " << i;
+  }
 }
 
 void expect_same(const std::vector<Tensor>& want, const std::vector<Tensor>& got) {
@@ -187,6 +201,66 @@ TEST(Executor, LargeTensorsSplitAcrossThreadsEqualTheInterpreter) {
   b.output(b.op("amp_cast", {b.op("clip", {s}, {{"a_min", "-0.3"}, {"a_max", "0.2"}})}, {{"dtype", "float16"}}));
   const ir::Graph g = b.finish();
   EXPECT_TRUE(compare_fused_with_interpreter(g, 11, 0).ok);
+}
+
+// constant_params: a step that reads params only (here the doubled weight, fed to an
+// external op so that it cannot fuse with x) runs on the first run and again only when a
+// param is bound to another buffer.
+TEST(Executor, ConstantParamStepsRunOnceAndFollowRebinding) {
+  ir::Graph g = ir::parse_graph(R"(graph {
+    %x = var input : f32[3,8]
+    %w = var param : f32[4,8]
+    %w2 = _mul_scalar(%w) {scalar=2}
+    %y = FullyConnected(%x, %w2) {num_hidden=4, no_bias=true}
+    return %y
+  })");
+  ir::infer_types(g);
+  ExecutorOptions opts;
+  opts.constant_params = true;
+  const Executable exe = Executable::compile(g, opts);
+  EXPECT_EQ(exe.compile_stats().constant_steps, 1);
+  EXPECT_EQ(Executable::compile(g).compile_stats().constant_steps, 0);  // off by default
+
+  runtime::Bindings vars = runtime::random_bindings(g, 1);
+  RunStats rs;
+  std::vector<Tensor> first = exe.run(vars, &rs);
+  EXPECT_FALSE(rs.reused_constants);
+  expect_near(runtime::interpret(g, vars), first, 1e-6);
+
+  std::vector<Tensor> again = exe.run(vars, &rs);
+  EXPECT_TRUE(rs.reused_constants);
+  expect_same(first, again);
+
+  vars["x"] = runtime::random_bindings(g, 2).at("x");  // a new input: constants still hold
+  again = exe.run(vars, &rs);
+  EXPECT_TRUE(rs.reused_constants);
+  expect_near(runtime::interpret(g, vars), again, 1e-6);
+
+  vars["w"] = runtime::random_bindings(g, 3).at("w");  // a new weight buffer: recomputed
+  again = exe.run(vars, &rs);
+  EXPECT_FALSE(rs.reused_constants);
+  expect_near(runtime::interpret(g, vars), again, 1e-6);
+}
+
+// Convolution weights reordered by oneDNN are kept per node while the same buffer is bound,
+// and replaced when another is (channels-last convolutions want blocked weights).
+TEST(Executor, ReorderedConvolutionWeightsFollowRebinding) {
+  ir::Graph g = ir::parse_graph(R"(graph {
+    %x = var input : f32[1,9,9,16]
+    %w = var param : f32[16,3,3,16]
+    %y = Convolution(%x, %w) {kernel=[3,3], num_filter=16, no_bias=true, layout="NHWC"}
+    return %y
+  })");
+  ir::infer_types(g);
+  ExecutorOptions opts;
+  opts.constant_params = true;
+  const Executable exe = Executable::compile(g, opts);
+  runtime::Bindings vars = runtime::random_bindings(g, 1);
+  for (uint64_t seed : {2, 3}) {
+    expect_near(runtime::interpret(g, vars), exe.run(vars), 1e-5);
+    expect_near(runtime::interpret(g, vars), exe.run(vars), 1e-5);
+    vars["w"] = runtime::random_bindings(g, seed).at("w");
+  }
 }
 
 }  // namespace

@@ -7,6 +7,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
+
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -94,10 +96,19 @@ TEST_P(ModelRun, FusedAmpRunsAgreeWithTheF32Interpreter) {
       tol = o.target == DType::bf16 ? m.bf16_tol : m.fp16_tol;
       run_graph = convert_for_amp(g, o);
     }
-    const Executable exe = Executable::compile(run_graph);
+    // Weights stay bound, as in `ampfuse run`: the second run reuses what was computed from
+    // them alone (widened and reordered weights) and must give the same bits.
+    ExecutorOptions eo;
+    eo.constant_params = true;
+    const Executable exe = Executable::compile(run_graph, eo);
     EXPECT_TRUE(exe.compile_stats().fallbacks.empty()) << exe.compile_stats().fallbacks[0];
     const std::vector<runtime::Tensor> got = exe.run(vars);
+    RunStats again;
+    const std::vector<runtime::Tensor> second = exe.run(vars, &again);
+    EXPECT_TRUE(again.reused_constants);
     ASSERT_EQ(got.size(), want.size());
+    for (size_t o = 0; o < got.size(); ++o)
+      EXPECT_EQ(0, std::memcmp(got[o].raw(), second[o].raw(), got[o].bytes())) << "second run, output " << o;
     for (size_t o = 0; o < want.size(); ++o) {
       ASSERT_EQ(got[o].type(), want[o].type()) << "output " << o;
       const double err = relative_error(got[o], want[o]);

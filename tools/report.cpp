@@ -158,6 +158,7 @@ nlohmann::json to_json(const RunReport& r) {
   j["seed"] = r.seed;
   j["runs"] = r.runs;
   j["run_ms"] = r.run_ms;
+  j["first_run_ms"] = r.first_run_ms ? nlohmann::json(*r.first_run_ms) : nlohmann::json(nullptr);
   j["baseline_f32_unfused_ms"] = optional_number(r.baseline_ms);
   j["max_abs_error"] = optional_number(r.max_abs_error);
   j["max_rel_error"] = optional_number(r.max_rel_error);
@@ -178,6 +179,8 @@ nlohmann::json to_json(const RunReport& r) {
                  {"fused_ops", p.fused_nodes},
                  {"external_ops", p.external_ops},
                  {"views", p.views},
+                 {"widened_external", p.widened_external},
+                 {"constant_steps", p.constant_steps},
                  {"ops_per_kernel", per_kernel},
                  {"compilations", p.compilations},
                  {"compile_cold_ms", p.compile_cold_ms},
@@ -218,13 +221,21 @@ std::string to_text(const RunReport& r) {
       sizes.push_back(fmt::format("{}x{}", it->second, it->first));
     out += fmt::format("plan:    {} kernels holding {} ops (kernels x ops: {}), {} external ops, {} views{}\n", p.kernels,
                        p.fused_nodes, fmt::join(sizes, " "), p.external_ops, p.views, p.fused ? "" : " (--no-fuse)");
+    if (p.widened_external > 0)
+      out += fmt::format("         {} external ops computed in f32 (no low-precision oneDNN kernel here), their casts "
+                         "fused into the kernels around them\n",
+                         p.widened_external);
+    if (p.constant_steps > 0)
+      out += fmt::format("         {} steps computed from the weights alone, on the first run only\n", p.constant_steps);
     out += fmt::format("compile: {:.1f} ms cold ({} kernels compiled), {:.2f} ms cached\n", p.compile_cold_ms,
                        p.compilations, p.compile_cached_ms);
     for (const std::string& f : p.fallbacks) out += fmt::format("WARNING: interpreter fallback: {}\n", f);
     for (const std::string& f : p.slow_external) out += fmt::format("WARNING: slow oneDNN implementation: {}\n", f);
   }
   out += fmt::format("seed:    {}\n", r.seed);
-  out += fmt::format("latency: {:.3f} ms {} (median of {})", r.run_ms, r.engine, r.runs);
+  out += fmt::format("latency: {:.3f} ms {} (median of {}", r.run_ms, r.engine, r.runs);
+  if (r.first_run_ms) out += fmt::format(" after a first run of {:.3f} ms", *r.first_run_ms);
+  out += ")";
   if (r.baseline_ms)
     out += fmt::format("; f32 unfused {:.3f} ms; speed-up {:.2f}x", *r.baseline_ms, *r.baseline_ms / std::max(r.run_ms, 1e-9));
   out += "\n";

@@ -66,6 +66,8 @@ struct AmpSummary {
 struct PlanSummary {
   bool fused = true;
   int kernels = 0, fused_nodes = 0, external_ops = 0, views = 0;
+  int widened_external = 0;  // external ops computed in f32 with casts fused around them
+  int constant_steps = 0;    // steps computed from the weights alone, on the first run only
   std::map<int, int> ops_per_kernel;  // ops in a kernel -> how many kernels
   int compilations = 0;                // kernels compiled by the first (cold) compile
   double compile_cold_ms = 0;          // first compile
@@ -78,7 +80,10 @@ struct RunReport {
   std::string engine;  // "fused", "unfused" or "interpreter"
   uint64_t seed = 0;
   int runs = 1;
-  double run_ms = 0;  // median over `runs`
+  double run_ms = 0;  // median over `runs`, after a first run
+  // The first run of the compiled graph (it also computes what depends on the weights
+  // alone); nullopt for --interpreter.
+  std::optional<double> first_run_ms;
   // The f32 graph run unfused (one kernel per op), median over `runs`; nullopt without it.
   std::optional<double> baseline_ms;
   std::optional<AmpSummary> amp;

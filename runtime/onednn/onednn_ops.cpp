@@ -91,10 +91,15 @@ using InPtrs = std::span<const void* const>;
 using OutPtrs = std::span<void* const>;
 
 // A created primitive with what running it needs.
+// A type-erased dnnl::memory of reordered weights (OnednnWeightCache::reordered), or null.
+using WeightSlot = std::shared_ptr<void>*;
+
 struct Prepared {
   std::string impl;
-  // Runs the primitive on the node's buffers (inputs, outputs in node order).
-  std::function<void(InPtrs, OutPtrs)> run;
+  // Runs the primitive on the node's buffers (inputs, outputs in node order). `weights`,
+  // when not null, holds (or receives) the weights in the primitive's layout.
+  std::function<void(InPtrs, OutPtrs, WeightSlot weights)> run;
+  bool widened = false;  // low-precision operands computed as f32 (through_f32)
 };
 
 memory wrap(const memory::desc& d, const void* p) { return memory(d, cpu_engine(), const_cast<void*>(p)); }
@@ -160,8 +165,14 @@ Prepared prepare_convolution(const Node& n, Types in, Types out) {
   dnnl::convolution_forward::primitive_desc pd(d, cpu_engine());
   dnnl::convolution_forward prim(pd);
   const memory::desc wwant = pd.weights_desc();
-  return Prepared{pd.impl_info_str(), [=](InPtrs ins, OutPtrs outs) {
-                    memory w = maybe_reorder(wrap(wuser, ins[1]), wwant);
+  return Prepared{pd.impl_info_str(), [=](InPtrs ins, OutPtrs outs, WeightSlot cached) {
+                    memory w;
+                    if (cached && *cached) {
+                      w = *static_cast<const memory*>(cached->get());
+                    } else {
+                      w = maybe_reorder(wrap(wuser, ins[1]), wwant);
+                      if (cached) *cached = std::make_shared<memory>(w);
+                    }
                     std::unordered_map<int, memory> args{
                         {DNNL_ARG_SRC, wrap(src, ins[0])}, {DNNL_ARG_WEIGHTS, w}, {DNNL_ARG_DST, wrap(dst, outs[0])}};
                     if (has_bias) args.emplace(DNNL_ARG_BIAS, wrap(bias_desc, ins[2]));
@@ -190,7 +201,7 @@ Prepared prepare_matmul(const Node& n, Types in, Types out, int64_t batch, int64
   dnnl::matmul::desc d(a, b, bias, c);
   dnnl::matmul::primitive_desc pd(d, cpu_engine());
   dnnl::matmul prim(pd);
-  return Prepared{pd.impl_info_str(), [=](InPtrs ins, OutPtrs outs) {
+  return Prepared{pd.impl_info_str(), [=](InPtrs ins, OutPtrs outs, WeightSlot) {
                     std::unordered_map<int, memory> args{{DNNL_ARG_SRC, wrap(a, ins[0])},
                                                          {DNNL_ARG_WEIGHTS, wrap(b, ins[1])},
                                                          {DNNL_ARG_DST, wrap(c, outs[0])}};
@@ -270,7 +281,7 @@ Prepared prepare_pooling(const Node& n, Types in, Types out) {
   dnnl::pooling_forward::desc d(dnnl::prop_kind::forward_inference, alg, src, dst, stride, kernel, pl, pr);
   dnnl::pooling_forward::primitive_desc pd(d, cpu_engine());
   dnnl::pooling_forward prim(pd);
-  return Prepared{pd.impl_info_str(), [=](InPtrs ins, OutPtrs outs) {
+  return Prepared{pd.impl_info_str(), [=](InPtrs ins, OutPtrs outs, WeightSlot) {
                     execute(prim, {{DNNL_ARG_SRC, wrap(src, ins[0])}, {DNNL_ARG_DST, wrap(dst, outs[0])}});
                   }};
 }
@@ -288,7 +299,7 @@ Prepared prepare_softmax(const Node& n, Types in, Types out) {
   dnnl::softmax_forward::desc d(dnnl::prop_kind::forward_inference, md, axis);
   dnnl::softmax_forward::primitive_desc pd(d, cpu_engine());
   dnnl::softmax_forward prim(pd);
-  return Prepared{pd.impl_info_str(), [=](InPtrs ins, OutPtrs outs) {
+  return Prepared{pd.impl_info_str(), [=](InPtrs ins, OutPtrs outs, WeightSlot) {
                     execute(prim, {{DNNL_ARG_SRC, wrap(md, ins[0])}, {DNNL_ARG_DST, wrap(md, outs[0])}});
                   }};
 }
@@ -310,7 +321,7 @@ Prepared prepare_layer_norm(const Node& n, Types in, Types outs) {
                                             dnnl::normalization_flags::use_scale | dnnl::normalization_flags::use_shift);
   dnnl::layer_normalization_forward::primitive_desc pd(d, cpu_engine());
   dnnl::layer_normalization_forward prim(pd);
-  return Prepared{pd.impl_info_str(), [=](InPtrs ins, OutPtrs o) {
+  return Prepared{pd.impl_info_str(), [=](InPtrs ins, OutPtrs o, WeightSlot) {
                     execute(prim, {{DNNL_ARG_SRC, wrap(md, ins[0])},
                                    {DNNL_ARG_SCALE, wrap(ss, ins[1])},
                                    {DNNL_ARG_SHIFT, wrap(ss, ins[2])},
@@ -394,7 +405,9 @@ Prepared through_f32(Prepared inner, Types in, Types out) {
     for (const TensorType& t : *list)
       if (ir::is_lowp(t.dtype) && lowp.find(ir::dtype_name(t.dtype)) == std::string::npos)
         lowp += fmt::format("{}{}", lowp.empty() ? "" : "/", ir::dtype_name(t.dtype));
-  auto run = [inner = std::move(inner.run), ins, outs](InPtrs in_ptrs, OutPtrs out_ptrs) {
+  // The inner primitive never keeps weights: they come from per-thread scratch buffers that
+  // other nodes reuse.
+  auto run = [inner = std::move(inner.run), ins, outs](InPtrs in_ptrs, OutPtrs out_ptrs, WeightSlot) {
     std::vector<const void*> in32(in_ptrs.begin(), in_ptrs.end());
     std::vector<void*> out32(out_ptrs.begin(), out_ptrs.end());
     size_t slot = 0;
@@ -406,11 +419,11 @@ Prepared through_f32(Prepared inner, Types in, Types out) {
     }
     for (size_t o = 0; o < outs.size(); ++o)
       if (ir::is_lowp(outs[o].first)) out32[o] = scratch(slot++, static_cast<size_t>(outs[o].second));
-    inner(in32, out32);
+    inner(in32, out32, nullptr);
     for (size_t o = 0; o < outs.size(); ++o)
       if (ir::is_lowp(outs[o].first)) narrow(outs[o].first, static_cast<const float*>(out32[o]), out_ptrs[o], outs[o].second);
   };
-  return Prepared{fmt::format("{} ({} as f32)", inner.impl, lowp), std::move(run)};
+  return Prepared{fmt::format("{} ({} as f32)", inner.impl, lowp), std::move(run), true};
 }
 
 // ---- The cache ----------------------------------------------------------------------------
@@ -502,7 +515,13 @@ std::string onednn_refusal(const Node& node, std::span<const TensorType> inputs)
   return entry_for(node, inputs)->refusal;
 }
 
-void onednn_run(const Node& node, std::span<const Tensor> inputs, std::span<Tensor> outputs) {
+bool onednn_computes_in_f32(const Node& node, std::span<const TensorType> inputs) {
+  auto e = entry_for(node, inputs);
+  return e->prepared && e->prepared->widened;
+}
+
+void onednn_run(const Node& node, std::span<const Tensor> inputs, std::span<Tensor> outputs,
+                OnednnWeightCache* weights) {
   std::vector<TensorType> types;
   for (const Tensor& t : inputs) types.push_back(t.type());
   auto e = entry_for(node, types);
@@ -517,8 +536,17 @@ void onednn_run(const Node& node, std::span<const Tensor> inputs, std::span<Tens
            ir::type_str(node.outputs[o]));
     out_ptrs.push_back(outputs[o].raw());
   }
+  WeightSlot slot = nullptr;
+  if (weights && inputs.size() > 1) {
+    const Tensor& w = inputs[1];
+    if (weights->source.empty_storage() || weights->source.raw() != w.raw() || weights->source.type() != w.type()) {
+      weights->source = w;  // keeps the buffer alive, so its address cannot be reused meanwhile
+      weights->reordered.reset();
+    }
+    slot = &weights->reordered;
+  }
   try {
-    e->prepared->run(in_ptrs, out_ptrs);
+    e->prepared->run(in_ptrs, out_ptrs, slot);
   } catch (const dnnl::error& err) {
     fail("node '{}' ({}): oneDNN failed: {} (status {})", node.name, node.op, err.what(), status_name(err.status));
   }

@@ -16,6 +16,7 @@
 #include "ir/graph.h"
 #include "runtime/tensor.h"
 
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -32,10 +33,26 @@ bool onednn_supports(const ir::Node& node, std::span<const TensorType> inputs);
 // Why onednn_supports is false ("" when it is true).
 std::string onednn_refusal(const ir::Node& node, std::span<const TensorType> inputs);
 
+// Whether oneDNN runs `node` by widening its bf16/f16 operands to f32 (no native kernel for
+// them here). The executor then makes the casts graph nodes (engine/passes/compute_in_f32.h)
+// so that they fuse with the kernels around the node.
+bool onednn_computes_in_f32(const ir::Node& node, std::span<const TensorType> inputs);
+
+// A convolution's weights in the (blocked) layout its primitive wants, kept by the caller
+// between runs of one node: with one, onednn_run reorders the weights once and reuses them
+// for as long as the weight input is the same buffer (which the cache keeps alive, so its
+// address cannot be reused). Give one only for weights whose contents do not change while
+// they stay bound (engine::ExecutorOptions::constant_params). Other ops ignore it.
+struct OnednnWeightCache {
+  Tensor source;                      // the weights it was filled from
+  std::shared_ptr<void> reordered;    // a dnnl::memory; null until the first run
+};
+
 // Runs `node` with oneDNN; `outputs` arrive allocated with the node's types. Throws
 // ampfuse::Error (naming the node, and the reason or oneDNN's status) if !onednn_supports
 // or oneDNN fails.
-void onednn_run(const ir::Node& node, std::span<const Tensor> inputs, std::span<Tensor> outputs);
+void onednn_run(const ir::Node& node, std::span<const Tensor> inputs, std::span<Tensor> outputs,
+                OnednnWeightCache* weights = nullptr);
 
 // The implementation oneDNN picked for `node` ("jit:avx2", "brgconv:avx512_core_bf16",
 // "ref:any"...), creating the primitive if needed; "" when unsupported. Low-precision nodes
