@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # The CUDA backend on a machine with a GPU, in one go (docs/cuda.md): configure and build
 # the release binaries it needs, run the CUDA tests (NVRTC/ptxas builds and the device
-# tests: the cases and the differential fuzzer's kernels against the reference), then the
-# bandwidth benchmark. Everything lands in the folder given as $1 (default bench/results/).
-# Budget: under 8 minutes with 16 cores; each step has its own timeout.
+# tests: the cases and the differential fuzzer's kernels against the reference, and whole
+# plans through the device executor), `ampfuse run --device cuda` of the default model and
+# of a real one, then the bandwidth benchmark. Everything lands in the folder given as $1
+# (default bench/results/). Budget: under 8 minutes with 16 cores; each step has its own
+# timeout.
 #
 #   bench/gpu_check.sh [results-dir]
 #
@@ -44,21 +46,35 @@ step() {  # step NAME TIMEOUT_S COMMAND...: runs, logs to $OUT/NAME.log, records
   echo "|---|---|---|---|"
 } >"$SUMMARY"
 
-step configure 30 cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DAMPFUSE_BUILD_BENCH=ON || { cat "$SUMMARY"; exit 1; }
-step build 250 cmake --build "$BUILD" -j "$JOBS" --target ampfuse_cuda_tests ampfuse_cuda_bandwidth || { cat "$SUMMARY"; exit 1; }
+step configure 20 cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DAMPFUSE_BUILD_BENCH=ON || { cat "$SUMMARY"; exit 1; }
+step build 230 cmake --build "$BUILD" -j "$JOBS" --target ampfuse_cuda_tests ampfuse_cuda_bandwidth ampfuse || { cat "$SUMMARY"; exit 1; }
 
 # Step limits add up to 8 minutes. The NVRTC build of every fuzzer kernel (CudaNvrtcFuzz,
 # minutes of CPU) is left to CI, which runs it on every commit; the device fuzz runs 500
 # graphs (AMPFUSE_FUZZ_GRAPHS is per shard of 4: 125), its kernels compiled 16 to an NVRTC
 # program on all cores. Run ampfuse_cuda_tests by hand without the variable for all 2000.
-step cuda_tests 150 env AMPFUSE_FUZZ_GRAPHS="${AMPFUSE_FUZZ_GRAPHS:-125}" "$BUILD/ampfuse_cuda_tests" \
+step cuda_tests 140 env AMPFUSE_FUZZ_GRAPHS="${AMPFUSE_FUZZ_GRAPHS:-125}" "$BUILD/ampfuse_cuda_tests" \
   --gtest_filter='Cuda*:-*CudaNvrtcFuzz*' --gtest_output="xml:$OUT/cuda_tests.xml"
 if grep -q "no CUDA driver\|no CUDA device" "$OUT/cuda_tests.log"; then
   echo >>"$SUMMARY"
   echo "No usable GPU: $(grep -m1 -o 'no CUDA [a-z]*.*' "$OUT/cuda_tests.log"); the device tests skipped." >>"$SUMMARY"
   [ $status -eq 0 ] && status=2
+  echo "results in $OUT (summary.md)"
+  cat "$SUMMARY"
+  exit $status
 fi
-step bandwidth 50 "$BUILD/ampfuse_cuda_bandwidth" "$OUT/bandwidth.csv"
+# Whole models on the GPU (engine/device_executor.h): the report's latency, error vs the f32
+# CPU run, plan, and host round trips. External ops run on the host.
+step run_default 15 "$BUILD/ampfuse" run --device cuda --repeat 20 --shape data=8,3,32,32
+step run_default_bf16 15 "$BUILD/ampfuse" run --device cuda --amp bf16 --repeat 20 --shape data=8,3,32,32
+RESNET=../shared/models/cifar_resnet20_v2-gluoncv-symbol.json
+if [ -f "$RESNET" ]; then
+  step run_resnet20 20 "$BUILD/ampfuse" run "$RESNET" --shape data=1,3,32,32 --device cuda --repeat 20 \
+    --save-outputs "$OUT/resnet20_outputs"
+else
+  echo "| run_resnet20 | skipped: $RESNET not here | | |" >>"$SUMMARY"
+fi
+step bandwidth 40 "$BUILD/ampfuse_cuda_bandwidth" "$OUT/bandwidth.csv"
 {
   echo
   echo "## Bandwidth"
@@ -67,6 +83,15 @@ step bandwidth 50 "$BUILD/ampfuse_cuda_bandwidth" "$OUT/bandwidth.csv"
   cat "$OUT/bandwidth.log"
   echo '```'
   echo
+  for r in run_default run_default_bf16 run_resnet20; do
+    [ -f "$OUT/$r.log" ] || continue
+    echo "## $r"
+    echo
+    echo '```'
+    cat "$OUT/$r.log"
+    echo '```'
+    echo
+  done
   echo "## CUDA tests (summary lines)"
   echo
   echo '```'

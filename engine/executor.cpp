@@ -287,13 +287,7 @@ std::vector<Tensor> Executable::run(const runtime::Bindings& vars, RunStats* sta
   for (int32_t i = 0; i < static_cast<int32_t>(g.nodes.size()); ++i) {
     const ir::Node& n = g.nodes[i];
     if (!n.is_var()) continue;
-    const auto it = vars.find(n.name);
-    if (it == vars.end()) fail("variable '{}' is not bound", n.name);
-    if (it->second.empty_storage()) fail("variable '{}' is bound to a tensor without storage", n.name);
-    if (it->second.type() != n.outputs[0])
-      fail("variable '{}' is bound to {} but the graph needs {}", n.name, ir::type_str(it->second.type()),
-           ir::type_str(n.outputs[0]));
-    values[{i, 0}] = it->second;
+    values[{i, 0}] = runtime::bound_variable(n, vars);
   }
 
   RunStats rs;

@@ -18,18 +18,6 @@ std::string node_label(const ir::Graph& g, int32_t i) {
   return fmt::format("node {} '{}' ({})", i, n.name, n.op);
 }
 
-Tensor bound_variable(const ir::Node& n, const Bindings& vars) {
-  auto it = vars.find(n.name);
-  if (it == vars.end()) fail("variable '{}' is not bound", n.name);
-  if (n.outputs.empty()) fail("variable '{}' has no type (run type inference first)", n.name);
-  const Tensor& t = it->second;
-  if (t.empty_storage()) fail("variable '{}' is bound to a tensor without storage", n.name);
-  if (t.type() != n.outputs[0])
-    fail("variable '{}' is bound to {} but the graph needs {}", n.name, ir::type_str(t.type()),
-         ir::type_str(n.outputs[0]));
-  return t;
-}
-
 std::vector<Tensor> run_recipe(const ir::OpDef& def, const ir::Node& n, const std::vector<Tensor>& inputs) {
   ir::ScalarBuilder b(static_cast<int>(inputs.size()));
   const std::vector<ir::ScalarBuilder::Val> results = def.recipe(b, n.attrs);
@@ -87,6 +75,18 @@ std::vector<Tensor> run_node(const ir::Node& n, const std::vector<Tensor>& input
   const ir::OpDef& def = ir::OpRegistry::global().get(n.op);
   if (n.outputs.empty()) fail("output types are not inferred (run type inference first)");
   return def.has_recipe(n.attrs) ? run_recipe(def, n, inputs) : run_kernel(n, inputs);
+}
+
+const Tensor& bound_variable(const ir::Node& n, const Bindings& vars) {
+  auto it = vars.find(n.name);
+  if (it == vars.end()) fail("variable '{}' is not bound", n.name);
+  if (n.outputs.empty()) fail("variable '{}' has no type (run type inference first)", n.name);
+  const Tensor& t = it->second;
+  if (t.empty_storage()) fail("variable '{}' is bound to a tensor without storage", n.name);
+  if (t.type() != n.outputs[0])
+    fail("variable '{}' is bound to {} but the graph needs {}", n.name, ir::type_str(t.type()),
+         ir::type_str(n.outputs[0]));
+  return t;
 }
 
 std::vector<Tensor> interpret(const ir::Graph& g, const Bindings& vars) {

@@ -24,6 +24,10 @@ using Bindings = std::map<std::string, Tensor>;
 // node that failed.
 std::vector<Tensor> interpret(const ir::Graph& g, const Bindings& vars);
 
+// The tensor bound to variable node `n` (types inferred); throws ampfuse::Error naming the
+// variable when it is unbound, has no storage or has another type. Every executor's check.
+const Tensor& bound_variable(const ir::Node& n, const Bindings& vars);
+
 // Runs one op node (types inferred) on its input tensors: the recipe for elementwise ops,
 // the reference kernel otherwise. What interpret() does per node; the executor's fallback
 // for external ops. A result may share its buffer with an input (a view).

@@ -1,14 +1,19 @@
 // The CUDA backend on a GPU: every case of cuda_test_specs.h and every kernel of the
 // differential fuzzer's graphs run on device 0 against the reference evaluator
 // (runtime::eval_scalar_program), bit for bit for exact ops and within
-// codegen::kCudaTranscendentalUlp otherwise, flags included. Without a driver or a device
-// each test skips with the driver's reason.
+// codegen::kCudaTranscendentalUlp otherwise, flags included; then whole plans through the
+// device executor (engine/device_executor.h): the checks of tests/device_executor_checks.h
+// that tests/device_executor_test.cpp runs on the emulated device. Without a driver or a
+// device each test skips with the driver's reason.
 #include "codegen/cuda_emitter.h"
 #include "cuda_test_specs.h"
 #include "engine/fusion_plan.h"
 #include "engine/kernel_lowering.h"
 #include "engine/random_graph.h"
+#include "engine/executor.h"
 #include "runtime/cuda/cuda_driver.h"
+#include "runtime/device_api.h"
+#include "tests/device_executor_checks.h"
 
 #include <gtest/gtest.h>
 
@@ -147,6 +152,87 @@ TEST(CudaDevice, FuzzerKernelsMatchTheReference) {
   }
   EXPECT_EQ(failures, 0) << "of " << items.size() << " kernels";
   std::printf("  %zu kernels checked on the GPU, %d not lowerable (interpreter fallback)\n", items.size(), fallbacks);
+}
+
+
+// Whole plans on the GPU (engine/device_executor.h): views, slices, broadcasts, host round
+// trips, variables as outputs, empty tensors, a kernel left to the host.
+TEST(CudaDevice, ExecutorRunsTheSmallGraphs) {
+  REQUIRE_GPU();
+  const std::unique_ptr<runtime::DeviceApi> gpu = runtime::cuda_device_api();
+  for (const device::NamedGraph& ng : device::device_graphs()) {
+    SCOPED_TRACE(ng.name);
+    EXPECT_TRUE(device::device_matches_interpreter(ng.graph, *gpu, 1, {}, ng.exact));
+    EXPECT_TRUE(device::device_matches_interpreter(ng.graph, *gpu, 2, {}, ng.exact, {.fuse = false}));
+  }
+}
+
+TEST(CudaDevice, ExecutorRunsTheDefaultModel) {
+  REQUIRE_GPU();
+  const std::unique_ptr<runtime::DeviceApi> gpu = runtime::cuda_device_api();
+  const ir::Graph g = engine::build_default_model(8);
+  engine::DeviceExecutorOptions opts;
+  opts.device = gpu.get();
+  opts.check_nonfinite = true;
+  const engine::DeviceExecutable exe = engine::DeviceExecutable::compile(g, opts);
+  EXPECT_TRUE(exe.compile_stats().fallbacks.empty()) << exe.compile_stats().fallbacks[0];
+  const runtime::Bindings vars = runtime::random_bindings(g, 3);
+  engine::DeviceRunStats rs;
+  const std::vector<runtime::Tensor> got = exe.run(vars, &rs);
+  EXPECT_FALSE(rs.nonfinite);
+  // GELU's erf is CUDA's here and LLVM's vector math on the CPU.
+  EXPECT_TRUE(device::same_outputs(engine::Executable::compile(g).run(vars), got, {.of_largest = 1e-5}));
+  EXPECT_TRUE(device::same_outputs(got, exe.run(vars))) << "a second run, over reused buffers";
+  std::printf("  default model: %d kernels on the GPU, %d ops on the host, %d round trips, %.3f ms a run\n",
+              exe.compile_stats().device_kernels, exe.compile_stats().external_ops,
+              exe.compile_stats().host_round_trips, rs.seconds * 1e3);
+}
+
+TEST(CudaDevice, ExecutorNonfiniteFlag) {
+  REQUIRE_GPU();
+  const std::unique_ptr<runtime::DeviceApi> gpu = runtime::cuda_device_api();
+  ir::GraphBuilder b;
+  const ir::ValueRef x = b.input("x", {ir::DType::f32, {1 << 20}});
+  b.output(b.op("amp_cast", {b.op("_mul_scalar", {x}, {{"scalar", "2"}})}, {{"dtype", "float16"}}));
+  b.output(b.op("negative", {x}));
+  const ir::Graph g = b.finish();
+  engine::DeviceExecutorOptions opts;
+  opts.device = gpu.get();
+  opts.check_nonfinite = true;
+  opts.fuse = false;  // three kernels, three flags
+  const engine::DeviceExecutable exe = engine::DeviceExecutable::compile(g, opts);
+  runtime::Tensor t({ir::DType::f32, {1 << 20}});
+  for (int64_t i = 0; i < t.size(); ++i) t.set_f64(i, 1.0 / static_cast<double>(1 + i % 1000));
+  engine::DeviceRunStats rs;
+  exe.run({{"x", t}}, &rs);
+  EXPECT_FALSE(rs.nonfinite);
+  t.set_f64(777777, 40000);  // 80000 overflows f16
+  exe.run({{"x", t}}, &rs);
+  EXPECT_TRUE(rs.nonfinite);
+  t.set_f64(777777, 1);
+  exe.run({{"x", t}}, &rs);
+  EXPECT_FALSE(rs.nonfinite) << "the flags start at zero every run";
+}
+
+// The fuzzer's graphs through the device executor; their kernels are compiled first, all
+// in one batch (as above), so that each graph's compile finds them cached.
+TEST(CudaDevice, ExecutorRunsFuzzerGraphs) {
+  REQUIRE_GPU();
+  const uint64_t graphs = std::min<uint64_t>(200, fuzz_graphs());
+  std::vector<KernelSpec> specs;
+  for (uint64_t seed = 1; seed <= graphs; ++seed) {
+    const engine::RandomGraph rg = engine::random_fusable_graph(seed);
+    for (const engine::PlanStep& step : engine::plan_fusion(rg.graph).steps)
+      if (const auto* k = std::get_if<engine::FusedKernel>(&step)) try {
+          if (ir::num_elements(k->iteration) > 0) specs.push_back(engine::lower_kernel(rg.graph, *k, "k").spec);
+        } catch (const Error&) {
+        }
+  }
+  cu::cuda_precompile(specs);
+  const std::unique_ptr<runtime::DeviceApi> gpu = runtime::cuda_device_api();
+  const device::FuzzResult fr = device::fuzz_on_device(*gpu, 1, graphs, codegen::kCudaTranscendentalUlp + 3);
+  EXPECT_EQ(fr.failures, 0) << "of " << fr.graphs << "; first: " << fr.first_failure;
+  std::printf("  %d fuzzer graphs run by the device executor on the GPU\n", fr.graphs);
 }
 
 }  // namespace

@@ -3,9 +3,11 @@
 // says so, planned into fused kernels and compiled (or op by op with --no-fuse, or on the
 // reference interpreter with --interpreter), timed against the f32 graph run unfused.
 #include "engine/amp_pipeline.h"
+#include "engine/device_executor.h"
 #include "engine/executor.h"
 #include "ir/error.h"
 #include "runtime/cuda/cuda_driver.h"
+#include "runtime/device_api.h"
 #include "runtime/interpreter.h"
 #include "runtime/npy.h"
 #include "tools/amp_args.h"
@@ -132,16 +134,67 @@ PlanSummary summarize_plan(const engine::Executable& exe, double cold_ms, double
   return p;
 }
 
+// --device: null for the CPU, else the device the plan runs on (engine/device_executor.h).
+std::unique_ptr<runtime::DeviceApi> open_device(const std::string& name) {
+  if (name == "cpu") return nullptr;
+  if (name == "cuda-emulated") return std::make_unique<runtime::EmulatedDevice>();
+  if (name != "cuda") fail("--device {}: expected cpu or cuda (or cuda-emulated, the device path on the CPU)", name);
+  const std::string why = runtime::cuda::cuda_available();
+  if (!why.empty()) fail("--device cuda: {}", why);
+  return runtime::cuda_device_api();
+}
+
+// Compiles and runs the graph on `device` as run_model does on the CPU (latency includes
+// uploading the variables and downloading the outputs); fills r's plan and times and
+// `outputs`, and returns what only a device run reports.
+nlohmann::json run_on_device(runtime::DeviceApi& device, const ir::Graph& g, const runtime::Bindings& vars, bool fuse,
+                             RunReport& r, std::vector<runtime::Tensor>& outputs) {
+  engine::DeviceExecutorOptions eo;
+  eo.fuse = fuse;
+  eo.device = &device;
+  auto t0 = std::chrono::steady_clock::now();
+  const engine::DeviceExecutable exe = engine::DeviceExecutable::compile(g, eo);
+  const double cold_ms = ms_since(t0);
+  t0 = std::chrono::steady_clock::now();
+  engine::DeviceExecutable::compile(g, eo);
+  const double cached_ms = ms_since(t0);
+  const engine::DeviceCompileStats& cs = exe.compile_stats();
+  PlanSummary& p = r.plan.emplace();
+  p.fused = fuse;
+  p.kernels = cs.kernels;
+  p.fused_nodes = cs.fused_nodes;
+  p.external_ops = cs.external_ops;
+  p.views = cs.views;
+  for (const engine::PlanStep& step : exe.plan().steps)
+    if (const auto* k = std::get_if<engine::FusedKernel>(&step)) ++p.ops_per_kernel[static_cast<int>(k->nodes.size())];
+  p.compilations = cs.compilations;
+  p.compile_cold_ms = cold_ms;
+  p.compile_cached_ms = cached_ms;
+  p.fallbacks = cs.fallbacks;
+  t0 = std::chrono::steady_clock::now();
+  exe.run(vars);
+  r.first_run_ms = ms_since(t0);
+  engine::DeviceRunStats rs;
+  std::tie(r.run_ms, outputs) = timed_runs(r.runs, [&] { return exe.run(vars, &rs); });
+  return {{"name", cs.device},          {"device_kernels", cs.device_kernels}, {"host_ops", cs.external_ops},
+          {"onednn_ops", cs.onednn_ops}, {"host_round_trips", cs.host_round_trips},
+          {"uploads", rs.uploads},       {"upload_bytes", rs.upload_bytes},    {"downloads", rs.downloads},
+          {"download_bytes", rs.download_bytes}, {"device_bytes", rs.device_bytes}};
+}
+
+void print_device_report(const nlohmann::json& d) {
+  fmt::print("device:  {}: {} kernels on the device; {} ops on the host ({} through oneDNN), {} host round trips\n",
+             d["name"].get<std::string>(), d["device_kernels"].get<int>(), d["host_ops"].get<int>(),
+             d["onednn_ops"].get<int>(), d["host_round_trips"].get<int>());
+  fmt::print("         a run uploads {} tensors ({:.2f} MB), downloads {} ({:.2f} MB), holds {:.2f} MB of device memory\n",
+             d["uploads"].get<int>(), d["upload_bytes"].get<int64_t>() / 1e6, d["downloads"].get<int>(),
+             d["download_bytes"].get<int64_t>() / 1e6, d["device_bytes"].get<int64_t>() / 1e6);
+}
+
 int run_model(const RunOptions& o) {
   if (o.repeat < 1) fail("--repeat {}: must be at least 1", o.repeat);
-  if (o.device == "cuda") {
-    // The CUDA code generator, NVRTC and driver exist (docs/cuda.md); the executor does not
-    // run plans on a GPU yet. Say which of the two stops this run.
-    const std::string why = runtime::cuda::cuda_available();
-    if (!why.empty()) fail("--device cuda: {}", why);
-    fail("--device cuda: a GPU is present, but the executor runs plans on the CPU only so far");
-  }
-  if (o.device != "cpu") fail("--device {}: expected cpu or cuda", o.device);
+  const std::unique_ptr<runtime::DeviceApi> device = open_device(o.device);
+  if (device && o.interpreter) fail("--interpreter runs on the CPU: leave out --device {}", o.device);
   if (o.interpreter && o.no_fuse) fail("--interpreter and --no-fuse: choose one");
   const std::optional<engine::AmpOptions> amp = o.amp.options();
   const std::map<std::string, ir::Shape> shapes = parse_shape_args(o.shapes);
@@ -168,8 +221,11 @@ int run_model(const RunOptions& o) {
   const runtime::Bindings run_vars = bindings_for(run_graph, vars);
 
   std::vector<runtime::Tensor> outputs;
+  nlohmann::json device_report;
   if (o.interpreter) {
     std::tie(r.run_ms, outputs) = timed_runs(o.repeat, [&] { return runtime::interpret(run_graph, run_vars); });
+  } else if (device) {
+    device_report = run_on_device(*device, run_graph, run_vars, !o.no_fuse, r, outputs);
   } else {
     engine::ExecutorOptions eo;
     eo.fuse = !o.no_fuse;
@@ -216,10 +272,14 @@ int run_model(const RunOptions& o) {
   for (size_t k = 0; k < outputs.size(); ++k) r.outputs.push_back(summarize_tensor(run_graph.output_name(k), outputs[k]));
   if (!o.save_dir.empty()) r.saved_files = save_outputs(o.save_dir, run_graph, outputs);
 
-  if (o.json)
-    fmt::print("{}\n", to_json(r).dump(2));
-  else
+  if (o.json) {
+    nlohmann::json j = to_json(r);
+    if (device) j["device"] = device_report;
+    fmt::print("{}\n", j.dump(2));
+  } else {
     fmt::print("{}", to_text(r));
+    if (device) print_device_report(device_report);
+  }
   return 0;
 }
 
@@ -248,18 +308,22 @@ Command add_run_command(CLI::App& parent) {
   add_amp_args(*cmd, o->amp, "Convert for automatic mixed precision first (default off)", true);
   cmd->add_flag("--no-fuse", o->no_fuse, "Run op by op: one compiled kernel per elementwise op");
   cmd->add_flag("--interpreter", o->interpreter, "Run on the reference interpreter instead of compiled kernels");
-  cmd->add_option("--device", o->device, "Where to run: cpu (default) or cuda (not yet: fails with the reason)")
-      ->type_name("cpu|cuda");
+  cmd->add_option("--device", o->device,
+                  "Where fused kernels run: cpu (default) or cuda (GPU 0; external ops stay on the CPU; fails "
+                  "with the reason when there is no GPU); cuda-emulated runs the device path on the CPU")
+      ->type_name("cpu|cuda|cuda-emulated");
   cmd->add_option("--repeat", o->repeat, "Timed runs; the report gives the median (default 5)")->type_name("N");
   cmd->add_flag("--no-baseline", o->no_baseline,
                 "Skip the f32 unfused baseline run (no speed-up and no error in the report)");
   cmd->add_flag("--json", o->json,
-                "Print one JSON object {model, nodes, op_nodes, ops, engine, seed, runs, run_ms, "
+                "Print one JSON object {model, nodes, op_nodes, ops, engine, seed, runs, run_ms, first_run_ms, "
                 "baseline_f32_unfused_ms, max_abs_error, max_rel_error, amp: {target, casts_inserted, casts_removed, "
                 "casts_final, casts_reused, params_offline, lp16_nodes, fp32_nodes} or null, plan: {fused, kernels, "
-                "fused_ops, external_ops, views, ops_per_kernel, compilations, compile_cold_ms, compile_cached_ms, "
-                "fallbacks, slow_external} or null, outputs: [{name, shape, dtype, min, max, mean, nonfinite}], "
-                "saved}; min, max and mean are over finite elements");
+                "fused_ops, external_ops, views, widened_external, constant_steps, ops_per_kernel, compilations, "
+                "compile_cold_ms, compile_cached_ms, fallbacks, slow_external} or null, outputs: [{name, shape, dtype, "
+                "min, max, mean, nonfinite}], saved, and with --device cuda|cuda-emulated device: {name, "
+                "device_kernels, host_ops, onednn_ops, host_round_trips, uploads, upload_bytes, downloads, "
+                "download_bytes, device_bytes}}; min, max and mean are over finite elements");
   cmd->footer("Variables without --inputs get seeded random values: inputs uniform in [-1, 1), weights\n"
               "scaled by 1/sqrt(fan-in), BatchNorm variances in [0.5, 1.5), token ids below the vocabulary\n"
               "of the Embedding that reads them. The same seed gives the same values on every platform.");
