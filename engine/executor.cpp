@@ -40,8 +40,6 @@ struct PreparedKernel {
   std::shared_ptr<const runtime::CompiledKernel> compiled;
 };
 
-bool is_slow_impl(const std::string& impl) { return impl.starts_with("ref:") || impl.starts_with("simple"); }
-
 std::string node_label(const ir::Graph& g, int32_t n) { return fmt::format("node '{}' ({})", g.nodes[n].name, g.nodes[n].op); }
 
 // Buffers of dead values, handed out again for new ones (best fit by capacity).
@@ -178,7 +176,7 @@ Executable Executable::compile(ir::Graph g, const ExecutorOptions& opts) {
         impl->onednn_node[e->node] = true;
         const std::string impl_name =
             with_context(node_label(graph, e->node), [&] { return runtime::onednn_impl_name(node, types); });
-        if (is_slow_impl(impl_name))
+        if (runtime::onednn_impl_is_slow(impl_name))
           st.slow_external.push_back(fmt::format("{} ({}): {}", node.name, node.op, impl_name));
       }
     } else {

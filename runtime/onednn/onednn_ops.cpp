@@ -7,6 +7,8 @@
 
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include <array>
+#include <optional>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -45,8 +47,6 @@ const char* status_name(dnnl_status_t s) {
     default: return "unknown status";
   }
 }
-
-bool is_slow(const std::string& impl) { return impl.starts_with("ref:") || impl.starts_with("simple:"); }
 
 dnnl::engine& cpu_engine() {
   static dnnl::engine e(dnnl::engine::kind::cpu, 0);
@@ -253,6 +253,44 @@ Prepared prepare_batch_dot(const Node& n, Types in, Types out) {
 
 // ---- Pooling ------------------------------------------------------------------------------
 
+// oneDNN 2.6 pools channels-first (NCHW) data with a plain loop ("simple_nchw:any", ~20x
+// slower than its JIT kernels here) but has JIT kernels for the channel-blocked layout
+// (nChw8c: channels in groups of 8, innermost). Pooling is per channel, so reordering the
+// data into blocks, pooling and reordering back gives the same values (reorders are exact
+// copies; the padding channels are zeros nothing reads back). nullopt when no block size
+// gets a JIT kernel either. `pool_desc(src, dst)` describes the pooling for given layouts.
+template <class PoolDesc>
+std::optional<Prepared> pool_channel_blocked(const PoolDesc& pool_desc, const memory::desc& src, const memory::desc& dst) {
+  using tag = memory::format_tag;
+  const int spatial = static_cast<int>(src.dims().size()) - 2;
+  if (spatial < 1 || spatial > 3) return std::nullopt;
+  const std::pair<int, std::array<tag, 3>> blockings[] = {{16, {tag::aBc16b, tag::aBcd16b, tag::aBcde16b}},
+                                                          {8, {tag::aBc8b, tag::aBcd8b, tag::aBcde8b}}};
+  for (const auto& [block, tags] : blockings) {
+    const memory::desc bsrc(src.dims(), src.data_type(), tags[spatial - 1]);
+    const memory::desc bdst(dst.dims(), dst.data_type(), tags[spatial - 1]);
+    dnnl::pooling_forward::primitive_desc pd;
+    try {
+      pd = dnnl::pooling_forward::primitive_desc(pool_desc(bsrc, bdst), cpu_engine());
+    } catch (const dnnl::error&) {
+      continue;
+    }
+    if (onednn_impl_is_slow(pd.impl_info_str())) continue;
+    const dnnl::pooling_forward prim(pd);
+    const dnnl::reorder to_blocks(dnnl::reorder::primitive_desc(cpu_engine(), src, cpu_engine(), bsrc));
+    const dnnl::reorder from_blocks(dnnl::reorder::primitive_desc(cpu_engine(), bdst, cpu_engine(), dst));
+    const std::string impl = fmt::format("{} (via nC{}{}c)", pd.impl_info_str(), spatial == 3 ? "dhw" : spatial == 2 ? "hw" : "w", block);
+    return Prepared{impl, [=](InPtrs ins, OutPtrs outs, WeightSlot) {
+                      // Per call: a Prepared is shared by every thread that runs the node.
+                      memory blocked_src(bsrc, cpu_engine()), blocked_dst(bdst, cpu_engine());
+                      execute(to_blocks, {{DNNL_ARG_FROM, wrap(src, ins[0])}, {DNNL_ARG_TO, blocked_src}});
+                      execute(prim, {{DNNL_ARG_SRC, blocked_src}, {DNNL_ARG_DST, blocked_dst}});
+                      execute(from_blocks, {{DNNL_ARG_FROM, blocked_dst}, {DNNL_ARG_TO, wrap(dst, outs[0])}});
+                    }};
+  }
+  return std::nullopt;
+}
+
 Prepared prepare_pooling(const Node& n, Types in, Types out) {
   require_inputs(n, in, 1, 1);
   const TensorType& x = in[0];
@@ -276,10 +314,14 @@ Prepared prepare_pooling(const Node& n, Types in, Types out) {
     if (geo.count_include_pad && overhang) refuse("an include-pad average window reaches past the padding");
     alg = geo.count_include_pad ? dnnl::algorithm::pooling_avg_include_padding : dnnl::algorithm::pooling_avg_exclude_padding;
   }
-  memory::desc src = channels_desc(x.shape, x.dtype, geo.channels_last);
-  memory::desc dst = channels_desc(out[0].shape, out[0].dtype, geo.channels_last);
-  dnnl::pooling_forward::desc d(dnnl::prop_kind::forward_inference, alg, src, dst, stride, kernel, pl, pr);
-  dnnl::pooling_forward::primitive_desc pd(d, cpu_engine());
+  const memory::desc src = channels_desc(x.shape, x.dtype, geo.channels_last);
+  const memory::desc dst = channels_desc(out[0].shape, out[0].dtype, geo.channels_last);
+  const auto pool_desc = [&](const memory::desc& s, const memory::desc& d) {
+    return dnnl::pooling_forward::desc(dnnl::prop_kind::forward_inference, alg, s, d, stride, kernel, pl, pr);
+  };
+  dnnl::pooling_forward::primitive_desc pd(pool_desc(src, dst), cpu_engine());
+  if (!geo.channels_last && onednn_impl_is_slow(pd.impl_info_str()))
+    if (std::optional<Prepared> blocked = pool_channel_blocked(pool_desc, src, dst)) return std::move(*blocked);
   dnnl::pooling_forward prim(pd);
   return Prepared{pd.impl_info_str(), [=](InPtrs ins, OutPtrs outs, WeightSlot) {
                     execute(prim, {{DNNL_ARG_SRC, wrap(src, ins[0])}, {DNNL_ARG_DST, wrap(dst, outs[0])}});
@@ -467,13 +509,13 @@ Entry make_entry(const Node& n, Types in) {
   // Native first (f32, or bf16 where this CPU's oneDNN has a real kernel for it) ...
   std::optional<Prepared> native;
   if (!has_f16) native = attempt(n, build, in, out, why);
-  if (native && (!lowp || !is_slow(native->impl))) return {std::move(native), ""};
+  if (native && (!lowp || !onednn_impl_is_slow(native->impl))) return {std::move(native), ""};
   // ... then low precision as f32 compute, unless that too is only a reference kernel.
   if (lowp) {
     const std::vector<TensorType> in32 = as_f32(in), out32 = as_f32(out);
     std::string why32;
     if (std::optional<Prepared> wide = attempt(n, build, in32, out32, why32)) {
-      if (!native || !is_slow(wide->impl)) return {through_f32(std::move(*wide), in, out), ""};
+      if (!native || !onednn_impl_is_slow(wide->impl)) return {through_f32(std::move(*wide), in, out), ""};
     } else if (!native) {
       why = why32;
     }
@@ -506,6 +548,8 @@ std::shared_ptr<const Entry> entry_for(const Node& n, Types in) {
 }
 
 }  // namespace
+
+bool onednn_impl_is_slow(std::string_view impl) { return impl.starts_with("ref:") || impl.starts_with("simple"); }
 
 bool onednn_supports(const Node& node, std::span<const TensorType> inputs) {
   return entry_for(node, inputs)->prepared.has_value();

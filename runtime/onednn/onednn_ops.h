@@ -19,6 +19,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace ampfuse::runtime {
@@ -56,9 +57,14 @@ void onednn_run(const ir::Node& node, std::span<const Tensor> inputs, std::span<
 
 // The implementation oneDNN picked for `node` ("jit:avx2", "brgconv:avx512_core_bf16",
 // "ref:any"...), creating the primitive if needed; "" when unsupported. Low-precision nodes
-// computed in f32 carry a suffix: "jit:avx2 (bf16 as f32)". A name starting with "ref:" or
-// "simple:" is oneDNN's slow reference path; run reports flag those.
+// computed in f32 carry a suffix: "jit:avx2 (bf16 as f32)". Pooling of channels-first data
+// that oneDNN only has a plain loop for runs in its channel-blocked layout, between two
+// reorders: "jit:avx2 (via nChw8c)".
 std::string onednn_impl_name(const ir::Node& node, std::span<const TensorType> inputs);
+
+// Whether `impl` (onednn_impl_name) is one of oneDNN's unvectorized loops: "ref:..." and
+// "simple...", such as "simple_nchw:any" pooling. Run reports flag those on hot paths.
+bool onednn_impl_is_slow(std::string_view impl);
 
 // How many primitives were created (cache misses) in this process.
 size_t onednn_primitives_created();
