@@ -2,6 +2,7 @@
 
 #include "engine/kernel_lowering.h"
 #include "engine/passes/compute_in_f32.h"
+#include "engine/passes/fold_batchnorm.h"
 #include "engine/passes/dce.h"
 #include "ir/dump.h"
 #include "ir/error.h"
@@ -126,6 +127,7 @@ Executable Executable::compile(ir::Graph g, const ExecutorOptions& opts) {
   dce(g);  // nodes no output depends on never run
   auto impl = std::make_unique<Impl>();
   CompileStats& st = impl->stats;
+  if (opts.fold_batchnorm) st.folded_batchnorms = fold_batchnorm(g);
   if (opts.use_onednn)
     st.widened_external = compute_in_f32(g, [](const ir::Graph& gr, int32_t n) {
       std::vector<ir::TensorType> types;

@@ -50,6 +50,11 @@ struct ExecutorOptions {
   // is bound to the same buffer as then. Off (the default), everything is computed every
   // run: right when weights are updated in place between runs (training).
   bool constant_params = false;
+  // Inference: fold a BatchNorm right after a Convolution into the convolution's weights and
+  // bias (engine/passes/fold_batchnorm.h), so it costs no pass over memory. Results then
+  // differ from the graph's by rounding (not bit for bit with the interpreter). Best with
+  // constant_params, which computes the folded weights once.
+  bool fold_batchnorm = false;
   runtime::KernelCache* cache = nullptr;  // null: KernelCache::global()
   runtime::ThreadPool* pool = nullptr;    // null: ThreadPool::global()
 };
@@ -64,6 +69,8 @@ struct CompileStats {
   int widened_external = 0;
   // Steps computed from constant params only (ExecutorOptions::constant_params): run once.
   int constant_steps = 0;
+  // BatchNorms folded into the Convolution before them (ExecutorOptions::fold_batchnorm).
+  int folded_batchnorms = 0;
   int fused_nodes = 0;       // graph nodes computed inside fused kernels
   int compilations = 0;      // kernels compiled now (the rest were cache hits)
   int cache_hits = 0;

@@ -68,6 +68,13 @@ TEST(CliRunAmp, DefaultModelReportsPlanCompileLatencyAndError) {
   const nlohmann::json f32 = parse_json(run_cli("run --json --repeat 1"));
   EXPECT_TRUE(f32["amp"].is_null());
   EXPECT_LT(f32["max_rel_error"].get<double>(), 1e-5);
+  // The default model's BatchNorm follows its convolution: folded unless asked not to,
+  // and never on the unfused path; the folded weights are computed on the first run.
+  EXPECT_EQ(f32["plan"]["folded_batchnorms"], 1);
+  EXPECT_GT(f32["plan"]["constant_steps"].get<int>(), 0);
+  EXPECT_GT(f32["first_run_ms"].get<double>(), 0);
+  EXPECT_EQ(parse_json(run_cli("run --json --repeat 1 --no-fold-bn"))["plan"]["folded_batchnorms"], 0);
+  EXPECT_EQ(parse_json(run_cli("run --json --repeat 1 --no-fuse"))["plan"]["folded_batchnorms"], 0);
 }
 
 TEST(CliRunAmp, UnfusedAndInterpreterAgreeWithFused) {
@@ -85,14 +92,15 @@ TEST(CliRunAmp, UnfusedAndInterpreterAgreeWithFused) {
 TEST(CliRunAmp, HumanReportAndBadOptions) {
   const CliResult r = run_cli("run --amp bf16 --repeat 1");
   ASSERT_EQ(r.status, 0) << r.err;
-  for (const char* line : {"amp:     bf16", "plan:", "compile:", "latency:", "speed-up", "error:   vs f32"})
+  for (const char* line : {"amp:     bf16", "plan:", "BatchNorms folded into the weights and bias of the convolution before each: 1",
+                           "compile:", "latency:", "speed-up", "error:   vs f32"})
     EXPECT_NE(r.out.find(line), std::string::npos) << line << "\n" << r.out;
   expect_clean_error(run_cli("run --amp fp8"), "--amp fp8");
   expect_clean_error(run_cli("run --repeat 0"), "--repeat 0");
   expect_clean_error(run_cli("run --interpreter --no-fuse"), "choose one");
   expect_clean_error(run_cli("run --exclude conv0"), "need --amp bf16 or fp16");
   expect_clean_error(run_cli("run --device tpu"), "--device tpu: expected cpu or cuda");
-  // No GPU here: one line naming what is missing (with a GPU: that the executor lacks it).
+  // No GPU here: one line naming the missing driver or device.
   expect_clean_error(run_cli("run --device cuda"), "--device cuda: ");
 }
 

@@ -96,10 +96,12 @@ TEST_P(ModelRun, FusedAmpRunsAgreeWithTheF32Interpreter) {
       tol = o.target == DType::bf16 ? m.bf16_tol : m.fp16_tol;
       run_graph = convert_for_amp(g, o);
     }
-    // Weights stay bound, as in `ampfuse run`: the second run reuses what was computed from
-    // them alone (widened and reordered weights) and must give the same bits.
+    // Weights stay bound and BatchNorms after convolutions are folded, as in `ampfuse run`:
+    // the second run reuses what was computed from the weights alone (folded, widened and
+    // reordered weights) and must give the same bits.
     ExecutorOptions eo;
     eo.constant_params = true;
+    eo.fold_batchnorm = true;
     const Executable exe = Executable::compile(run_graph, eo);
     EXPECT_TRUE(exe.compile_stats().fallbacks.empty()) << exe.compile_stats().fallbacks[0];
     const std::vector<runtime::Tensor> got = exe.run(vars);

@@ -37,6 +37,7 @@ struct RunOptions {
   bool no_fuse = false;
   bool interpreter = false;
   bool no_baseline = false;
+  bool no_fold_bn = false;
   int repeat = 5;
   std::string device = "cpu";
 };
@@ -124,6 +125,7 @@ PlanSummary summarize_plan(const engine::Executable& exe, double cold_ms, double
   p.views = cs.views;
   p.widened_external = cs.widened_external;
   p.constant_steps = cs.constant_steps;
+  p.folded_batchnorms = cs.folded_batchnorms;
   for (const engine::PlanStep& step : exe.plan().steps)
     if (const auto* k = std::get_if<engine::FusedKernel>(&step)) ++p.ops_per_kernel[static_cast<int>(k->nodes.size())];
   p.compilations = cs.compilations;
@@ -231,6 +233,7 @@ int run_model(const RunOptions& o) {
     eo.fuse = !o.no_fuse;
     eo.progress = !o.json;
     eo.constant_params = true;  // the weights stay bound: derived forms are computed once
+    eo.fold_batchnorm = !o.no_fuse && !o.no_fold_bn;
     auto t0 = std::chrono::steady_clock::now();
     const engine::Executable exe = engine::Executable::compile(run_graph, eo);
     const double cold_ms = ms_since(t0);
@@ -313,13 +316,17 @@ Command add_run_command(CLI::App& parent) {
                   "with the reason when there is no GPU); cuda-emulated runs the device path on the CPU")
       ->type_name("cpu|cuda|cuda-emulated");
   cmd->add_option("--repeat", o->repeat, "Timed runs; the report gives the median (default 5)")->type_name("N");
+  cmd->add_flag("--no-fold-bn", o->no_fold_bn,
+                "Keep each BatchNorm that follows a Convolution (fused runs fold it into the convolution's weights "
+                "and bias, computed once)");
   cmd->add_flag("--no-baseline", o->no_baseline,
                 "Skip the f32 unfused baseline run (no speed-up and no error in the report)");
   cmd->add_flag("--json", o->json,
                 "Print one JSON object {model, nodes, op_nodes, ops, engine, seed, runs, run_ms, first_run_ms, "
                 "baseline_f32_unfused_ms, max_abs_error, max_rel_error, amp: {target, casts_inserted, casts_removed, "
                 "casts_final, casts_reused, params_offline, lp16_nodes, fp32_nodes} or null, plan: {fused, kernels, "
-                "fused_ops, external_ops, views, widened_external, constant_steps, ops_per_kernel, compilations, "
+                "fused_ops, external_ops, views, widened_external, constant_steps, folded_batchnorms, ops_per_kernel, "
+                "compilations, "
                 "compile_cold_ms, compile_cached_ms, fallbacks, slow_external} or null, outputs: [{name, shape, dtype, "
                 "min, max, mean, nonfinite}], saved, and with --device cuda|cuda-emulated device: {name, "
                 "device_kernels, host_ops, onednn_ops, host_round_trips, uploads, upload_bytes, downloads, "

@@ -181,6 +181,7 @@ nlohmann::json to_json(const RunReport& r) {
                  {"views", p.views},
                  {"widened_external", p.widened_external},
                  {"constant_steps", p.constant_steps},
+                 {"folded_batchnorms", p.folded_batchnorms},
                  {"ops_per_kernel", per_kernel},
                  {"compilations", p.compilations},
                  {"compile_cold_ms", p.compile_cold_ms},
@@ -225,6 +226,9 @@ std::string to_text(const RunReport& r) {
       out += fmt::format("         {} external ops computed in f32 (no low-precision oneDNN kernel here), their casts "
                          "fused into the kernels around them\n",
                          p.widened_external);
+    if (p.folded_batchnorms > 0)
+      out += fmt::format("         BatchNorms folded into the weights and bias of the convolution before each: {}\n",
+                         p.folded_batchnorms);
     if (p.constant_steps > 0)
       out += fmt::format("         {} steps computed from the weights alone, on the first run only\n", p.constant_steps);
     out += fmt::format("compile: {:.1f} ms cold ({} kernels compiled), {:.2f} ms cached\n", p.compile_cold_ms,

@@ -68,6 +68,7 @@ struct PlanSummary {
   int kernels = 0, fused_nodes = 0, external_ops = 0, views = 0;
   int widened_external = 0;  // external ops computed in f32 with casts fused around them
   int constant_steps = 0;    // steps computed from the weights alone, on the first run only
+  int folded_batchnorms = 0; // BatchNorms folded into the Convolution before them
   std::map<int, int> ops_per_kernel;  // ops in a kernel -> how many kernels
   int compilations = 0;                // kernels compiled by the first (cold) compile
   double compile_cold_ms = 0;          // first compile
