@@ -115,23 +115,30 @@ int count_shared_casts(const ir::Graph& g) {
   return shared;
 }
 
-PlanSummary summarize_plan(const engine::Executable& exe, double cold_ms, double cached_ms, bool fused) {
-  const engine::CompileStats& cs = exe.compile_stats();
+// What the CPU and device executors' compile stats have in common.
+template <class Stats>
+PlanSummary summarize_plan(const Stats& cs, const engine::Plan& plan, double cold_ms, double cached_ms, bool fused) {
   PlanSummary p;
   p.fused = fused;
   p.kernels = cs.kernels;
   p.fused_nodes = cs.fused_nodes;
   p.external_ops = cs.external_ops;
   p.views = cs.views;
-  p.widened_external = cs.widened_external;
-  p.constant_steps = cs.constant_steps;
-  p.folded_batchnorms = cs.folded_batchnorms;
-  for (const engine::PlanStep& step : exe.plan().steps)
+  for (const engine::PlanStep& step : plan.steps)
     if (const auto* k = std::get_if<engine::FusedKernel>(&step)) ++p.ops_per_kernel[static_cast<int>(k->nodes.size())];
   p.compilations = cs.compilations;
   p.compile_cold_ms = cold_ms;
   p.compile_cached_ms = cached_ms;
   p.fallbacks = cs.fallbacks;
+  return p;
+}
+
+PlanSummary summarize_plan(const engine::Executable& exe, double cold_ms, double cached_ms, bool fused) {
+  const engine::CompileStats& cs = exe.compile_stats();
+  PlanSummary p = summarize_plan(cs, exe.plan(), cold_ms, cached_ms, fused);
+  p.widened_external = cs.widened_external;
+  p.constant_steps = cs.constant_steps;
+  p.folded_batchnorms = cs.folded_batchnorms;
   p.slow_external = cs.slow_external;
   return p;
 }
@@ -161,18 +168,7 @@ nlohmann::json run_on_device(runtime::DeviceApi& device, const ir::Graph& g, con
   engine::DeviceExecutable::compile(g, eo);
   const double cached_ms = ms_since(t0);
   const engine::DeviceCompileStats& cs = exe.compile_stats();
-  PlanSummary& p = r.plan.emplace();
-  p.fused = fuse;
-  p.kernels = cs.kernels;
-  p.fused_nodes = cs.fused_nodes;
-  p.external_ops = cs.external_ops;
-  p.views = cs.views;
-  for (const engine::PlanStep& step : exe.plan().steps)
-    if (const auto* k = std::get_if<engine::FusedKernel>(&step)) ++p.ops_per_kernel[static_cast<int>(k->nodes.size())];
-  p.compilations = cs.compilations;
-  p.compile_cold_ms = cold_ms;
-  p.compile_cached_ms = cached_ms;
-  p.fallbacks = cs.fallbacks;
+  r.plan = summarize_plan(cs, exe.plan(), cold_ms, cached_ms, fuse);
   t0 = std::chrono::steady_clock::now();
   exe.run(vars);
   r.first_run_ms = ms_since(t0);
