@@ -190,20 +190,13 @@ Executable Executable::compile(ir::Graph g, const ExecutorOptions& opts) {
 
   impl->dead_after = values_dead_after(graph, impl->plan);
 
-  // Constant params and what is computed from them alone (ops with at least one input).
+  // Constant params and what is computed from them alone.
   impl->constant_node.assign(graph.nodes.size(), false);
-  if (opts.constant_params)
-    for (size_t i = 0; i < graph.nodes.size(); ++i) {
-      const ir::Node& n = graph.nodes[i];
-      if (n.is_var()) {
-        impl->constant_node[i] = n.role != ir::VarRole::input;
-        if (impl->constant_node[i]) impl->constant_vars.push_back(static_cast<int32_t>(i));
-      } else {
-        impl->constant_node[i] = !n.inputs.empty() && std::all_of(n.inputs.begin(), n.inputs.end(), [&](ValueRef v) {
-          return impl->constant_node[v.node];
-        });
-      }
-    }
+  if (opts.constant_params) {
+    impl->constant_node = ir::computed_from_params(graph);
+    for (size_t i = 0; i < graph.nodes.size(); ++i)
+      if (graph.nodes[i].is_var() && impl->constant_node[i]) impl->constant_vars.push_back(static_cast<int32_t>(i));
+  }
   for (const PlanStep& step : impl->plan.steps) {
     const std::vector<ValueRef> reads = step_reads(graph, step);
     const bool constant = opts.constant_params && !reads.empty() &&

@@ -2,6 +2,8 @@
 
 #include "ir/error.h"
 
+#include <algorithm>
+
 namespace ampfuse::ir {
 
 std::string_view var_role_name(VarRole r) {
@@ -45,6 +47,17 @@ std::map<ValueRef, int> use_counts(const Graph& g) {
     for (ValueRef in : n.inputs) ++uses[in];
   for (ValueRef out : g.outputs) ++uses[out];
   return uses;
+}
+
+std::vector<bool> computed_from_params(const Graph& g) {
+  std::vector<bool> from_params(g.nodes.size(), false);
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const Node& n = g.nodes[i];
+    from_params[i] = n.is_var() ? n.role != VarRole::input
+                                : !n.inputs.empty() && std::all_of(n.inputs.begin(), n.inputs.end(),
+                                                                   [&](ValueRef v) { return from_params[v.node]; });
+  }
+  return from_params;
 }
 
 }  // namespace ampfuse::ir

@@ -68,4 +68,8 @@ struct Graph {
 // For each value, how many times it is read by nodes or graph outputs.
 std::map<ValueRef, int> use_counts(const Graph& g);
 
+// Per node: a param or aux variable (weights, BatchNorm statistics), or an op with inputs
+// that reads only such nodes: what stays the same from run to run at inference.
+std::vector<bool> computed_from_params(const Graph& g);
+
 }  // namespace ampfuse::ir

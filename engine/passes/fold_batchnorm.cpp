@@ -17,18 +17,6 @@ namespace {
 using ir::DType;
 using ir::ValueRef;
 
-// Per node: a param/aux variable, or an op computed from those alone.
-std::vector<bool> computed_from_params(const ir::Graph& g) {
-  std::vector<bool> from_params(g.nodes.size(), false);
-  for (size_t i = 0; i < g.nodes.size(); ++i) {
-    const ir::Node& n = g.nodes[i];
-    from_params[i] = n.is_var() ? n.role != ir::VarRole::input
-                                : !n.inputs.empty() && std::all_of(n.inputs.begin(), n.inputs.end(),
-                                                                   [&](ValueRef v) { return from_params[v.node]; });
-  }
-  return from_params;
-}
-
 // The Convolution node a BatchNorm at `bn` folds into, or -1 (the conditions in the header).
 int32_t foldable_convolution(const ir::Graph& g, int32_t bn, const std::map<ValueRef, int>& uses,
                              const std::vector<bool>& from_params) {
@@ -85,7 +73,7 @@ class Emitter {
 
 int fold_batchnorm(ir::Graph& g) {
   const std::map<ValueRef, int> uses = ir::use_counts(g);
-  const std::vector<bool> from_params = computed_from_params(g);
+  const std::vector<bool> from_params = ir::computed_from_params(g);
   std::map<int32_t, int32_t> conv_of_bn;  // BatchNorm node -> the Convolution it absorbs
   std::vector<bool> absorbed(g.nodes.size(), false);
   for (int32_t i = 0; i < static_cast<int32_t>(g.nodes.size()); ++i)
