@@ -3,7 +3,7 @@
 //
 //   graph --dce, plan_fusion--> Plan (the CPU executor's, less compute_in_f32: see compile)
 //         --lower_kernel (each FusedKernel)--> KernelSpec --DeviceApi::precompile--> device code
-//   run(): variables uploaded once, on first use by the device; steps in plan order:
+//   run(): variables uploaded once per run, when a device step first reads them; steps in plan order:
 //     fused kernel   launched on the device, over pooled device buffers
 //     view           the same device buffer under the new shape
 //     external op    on the host (oneDNN where it has the op, else the interpreter): inputs

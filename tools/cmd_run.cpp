@@ -6,7 +6,6 @@
 #include "engine/device_executor.h"
 #include "engine/executor.h"
 #include "ir/error.h"
-#include "runtime/cuda/cuda_driver.h"
 #include "runtime/device_api.h"
 #include "runtime/interpreter.h"
 #include "runtime/npy.h"
@@ -92,6 +91,28 @@ std::pair<double, std::vector<runtime::Tensor>> timed_runs(int repeat, Fn&& run)
   return {median(times), std::move(outputs)};
 }
 
+// Compiles twice: the executable, the cold compile's milliseconds and the second's (its
+// kernels from the cache).
+template <class Compile>
+auto compiled_twice(Compile compile) {
+  auto t0 = std::chrono::steady_clock::now();
+  auto exe = compile();
+  const double cold_ms = ms_since(t0);
+  t0 = std::chrono::steady_clock::now();
+  compile();
+  return std::tuple{std::move(exe), cold_ms, ms_since(t0)};
+}
+
+// One untimed first run (what depends on the weights alone is computed then), then r.runs
+// timed ones; fills r's times and `outputs`.
+template <class Run>
+void first_and_timed_runs(Run run, RunReport& r, std::vector<runtime::Tensor>& outputs) {
+  const auto t0 = std::chrono::steady_clock::now();
+  run();
+  r.first_run_ms = ms_since(t0);
+  std::tie(r.run_ms, outputs) = timed_runs(r.runs, run);
+}
+
 // Bindings for the converted graph: a weight stored in low precision offline
 // (--cast-params-offline) is the f32 value rounded once.
 runtime::Bindings bindings_for(const ir::Graph& g, const runtime::Bindings& f32_vars) {
@@ -148,9 +169,7 @@ std::unique_ptr<runtime::DeviceApi> open_device(const std::string& name) {
   if (name == "cpu") return nullptr;
   if (name == "cuda-emulated") return std::make_unique<runtime::EmulatedDevice>();
   if (name != "cuda") fail("--device {}: expected cpu or cuda (or cuda-emulated, the device path on the CPU)", name);
-  const std::string why = runtime::cuda::cuda_available();
-  if (!why.empty()) fail("--device cuda: {}", why);
-  return runtime::cuda_device_api();
+  return with_context("--device cuda", [] { return runtime::cuda_device_api(); });
 }
 
 // Compiles and runs the graph on `device` as run_model does on the CPU (latency includes
@@ -161,19 +180,11 @@ nlohmann::json run_on_device(runtime::DeviceApi& device, const ir::Graph& g, con
   engine::DeviceExecutorOptions eo;
   eo.fuse = fuse;
   eo.device = &device;
-  auto t0 = std::chrono::steady_clock::now();
-  const engine::DeviceExecutable exe = engine::DeviceExecutable::compile(g, eo);
-  const double cold_ms = ms_since(t0);
-  t0 = std::chrono::steady_clock::now();
-  engine::DeviceExecutable::compile(g, eo);
-  const double cached_ms = ms_since(t0);
+  const auto [exe, cold_ms, cached_ms] = compiled_twice([&] { return engine::DeviceExecutable::compile(g, eo); });
   const engine::DeviceCompileStats& cs = exe.compile_stats();
   r.plan = summarize_plan(cs, exe.plan(), cold_ms, cached_ms, fuse);
-  t0 = std::chrono::steady_clock::now();
-  exe.run(vars);
-  r.first_run_ms = ms_since(t0);
   engine::DeviceRunStats rs;
-  std::tie(r.run_ms, outputs) = timed_runs(r.runs, [&] { return exe.run(vars, &rs); });
+  first_and_timed_runs([&] { return exe.run(vars, &rs); }, r, outputs);
   return {{"name", cs.device},          {"device_kernels", cs.device_kernels}, {"host_ops", cs.external_ops},
           {"onednn_ops", cs.onednn_ops}, {"host_round_trips", cs.host_round_trips},
           {"uploads", rs.uploads},       {"upload_bytes", rs.upload_bytes},    {"downloads", rs.downloads},
@@ -230,17 +241,9 @@ int run_model(const RunOptions& o) {
     eo.progress = !o.json;
     eo.constant_params = true;  // the weights stay bound: derived forms are computed once
     eo.fold_batchnorm = !o.no_fuse && !o.no_fold_bn;
-    auto t0 = std::chrono::steady_clock::now();
-    const engine::Executable exe = engine::Executable::compile(run_graph, eo);
-    const double cold_ms = ms_since(t0);
-    t0 = std::chrono::steady_clock::now();
-    engine::Executable::compile(run_graph, eo);
-    const double cached_ms = ms_since(t0);
+    const auto [exe, cold_ms, cached_ms] = compiled_twice([&] { return engine::Executable::compile(run_graph, eo); });
     r.plan = summarize_plan(exe, cold_ms, cached_ms, eo.fuse);
-    t0 = std::chrono::steady_clock::now();
-    exe.run(run_vars);  // computes what depends on the weights alone; later runs reuse it
-    r.first_run_ms = ms_since(t0);
-    std::tie(r.run_ms, outputs) = timed_runs(o.repeat, [&] { return exe.run(run_vars); });
+    first_and_timed_runs([&] { return exe.run(run_vars); }, r, outputs);
   }
 
   if (!o.no_baseline) {

@@ -7,7 +7,6 @@
 
 #include <fmt/format.h>
 
-#include <algorithm>
 #include <map>
 
 namespace ampfuse::engine {
@@ -25,7 +24,7 @@ int32_t foldable_convolution(const ir::Graph& g, int32_t bn, const std::map<Valu
   const ValueRef data = n.inputs[0];
   const ir::Node& conv = g.node(data);
   if (conv.op != "Convolution" || data.index != 0) return -1;
-  if (uses.at(data) != 1 || std::find(g.outputs.begin(), g.outputs.end(), data) != g.outputs.end()) return -1;
+  if (uses.at(data) != 1) return -1;  // read by the BatchNorm only (graph outputs count as reads)
   const ir::TensorType& in = g.type(conv.inputs[0]);
   if (!ir::is_float(in.dtype) || in.dtype == DType::f64) return -1;
   const ir::nn::ConvGeometry geo = ir::nn::conv_geometry(conv.attrs, in.shape, false);
@@ -51,11 +50,6 @@ class Emitter {
     n.inputs = std::move(inputs);
     n.attrs = ir::complete_attrs(ir::OpRegistry::global().get(op), std::move(attrs));
     return {rb_.emit(std::move(n)), 0};
-  }
-  ValueRef scalar_op(const std::string& op, ValueRef x, double scalar, std::string name) {
-    ir::Attrs a;
-    a.set("scalar", scalar);
-    return this->op(op, {x}, std::move(a), std::move(name));
   }
   // `v` (of dtype `from`) as `to`: itself when they agree, else an amp_cast.
   ValueRef cast(ValueRef v, DType from, DType to, std::string name) {
@@ -98,33 +92,28 @@ int fold_batchnorm(ir::Graph& g) {
     const auto f32 = [&](ValueRef old, const std::string& suffix) {
       return e.cast(rb.map(old), g.type(old).dtype, DType::f32, fmt::format("{}_{}_f32", name, suffix));
     };
-    // s = gamma / sqrt(var + eps), in BatchNorm's own order: invstd first, then gamma.
-    const ValueRef var = f32(bn.inputs[4], "var"), mean = f32(bn.inputs[3], "mean"), beta = f32(bn.inputs[2], "beta");
-    const ValueRef shifted = e.scalar_op("_plus_scalar", var, bn.attrs.get_float("eps"), name + "_var_eps");
-    const ValueRef root = e.op("sqrt", {shifted}, {}, name + "_sqrt");
-    ValueRef scale = e.scalar_op("_rdiv_scalar", root, 1.0, name + "_invstd");
-    if (!bn.attrs.get_bool("fix_gamma"))
-      scale = e.op("elemwise_mul", {scale, f32(bn.inputs[1], "gamma")}, {}, name + "_scale");
+    // The per-channel map y = x * s + t is BatchNorm itself applied to per-channel vectors
+    // [C] (axis 0), so its math stays in the op's recipe: s = BatchNorm(1) with mean and
+    // beta 0, and the new bias BatchNorm(b) = s * b + t (BatchNorm(0) without a bias).
+    const ValueRef gamma = f32(bn.inputs[1], "gamma"), beta = f32(bn.inputs[2], "beta"),
+                   mean = f32(bn.inputs[3], "mean"), var = f32(bn.inputs[4], "var");
+    ir::Attrs per_channel = bn.attrs;
+    per_channel.set("axis", int64_t{0});
+    const auto batchnorm = [&](ValueRef v, ValueRef b, ValueRef m, const std::string& suffix) {
+      return e.op("BatchNorm", {v, gamma, b, m, var}, per_channel, name + suffix);
+    };
+    const ValueRef zeros = e.op("zeros_like", {mean}, {}, name + "_zeros");
+    const ValueRef scale = batchnorm(e.op("ones_like", {mean}, {}, name + "_ones"), zeros, zeros, "_scale");
     // w' = w * s along the output channels (the weight's first axis in every layout).
     const ValueRef w = conv.inputs[1];
-    const ir::Shape& wshape = g.type(w).shape;
+    std::vector<int64_t> per_filter(g.type(w).shape.size(), 1);
+    per_filter[0] = g.type(w).shape[0];
     ir::Attrs reshape;
-    std::vector<int64_t> per_channel(wshape.size(), 1);
-    per_channel[0] = wshape[0];
-    reshape.set("shape", per_channel);
+    reshape.set("shape", std::move(per_filter));
     const ValueRef scale_w = e.op("Reshape", {scale}, std::move(reshape), name + "_scale_per_filter");
     const ValueRef wide_w = e.op("broadcast_mul", {f32(w, "weight"), scale_w}, {}, name + "_folded_weight_f32");
     const ValueRef new_w = e.cast(wide_w, DType::f32, g.type(w).dtype, name + "_folded_weight");
-    // b' = (b - mean) * s + beta, or beta - mean * s without a bias.
-    ValueRef new_b;
-    if (conv.inputs.size() > 2) {
-      const ValueRef centered = e.op("elemwise_sub", {f32(conv.inputs[2], "bias"), mean}, {}, name + "_bias_centered");
-      const ValueRef scaled = e.op("elemwise_mul", {centered, scale}, {}, name + "_bias_scaled");
-      new_b = e.op("elemwise_add", {scaled, beta}, {}, name + "_folded_bias");
-    } else {
-      const ValueRef scaled = e.op("elemwise_mul", {mean, scale}, {}, name + "_mean_scaled");
-      new_b = e.op("elemwise_sub", {beta, scaled}, {}, name + "_folded_bias");
-    }
+    const ValueRef new_b = batchnorm(conv.inputs.size() > 2 ? f32(conv.inputs[2], "bias") : zeros, beta, mean, "_folded_bias");
     ir::Node folded = conv;
     folded.name = name;
     folded.inputs = {rb.map(conv.inputs[0]), new_w, new_b};
