@@ -60,9 +60,8 @@ int64_t ordered_bits(const Tensor& t, int64_t i) {
   return (bits & sign_bit) ? -(bits & (sign_bit - 1)) : bits;
 }
 
-// A transcendental result that passed through a narrower type (bf16, then f16 or f32) can
-// differ by a step of that type, which is many steps of the output's: the bound is then
-// `ulps` steps of the coarsest float type in the graph, relative to the value.
+}  // namespace
+
 double coarsest_epsilon(const ir::Graph& g) {
   double eps = 0x1p-52;
   for (const ir::Node& n : g.nodes)
@@ -84,20 +83,23 @@ bool same_element(const Tensor& a, const Tensor& b, int64_t i, int ulps, double 
   return std::fabs(x - y) <= ulps * epsilon * std::max(std::fabs(x), std::fabs(y));
 }
 
-bool holds_min_max(const Executable& exe) {
-  for (const codegen::KernelSpec* spec : exe.kernel_specs())
+bool holds_min_max(const std::vector<const codegen::KernelSpec*>& specs) {
+  for (const codegen::KernelSpec* spec : specs)
     for (const ir::ScalarInstr& s : spec->body.instrs)
       if (s.op == ir::ScalarOp::max || s.op == ir::ScalarOp::min) return true;
   return false;
 }
 
-}  // namespace
+runtime::Bindings differential_inputs(const ir::Graph& g, uint64_t seed) {
+  runtime::Bindings vars = runtime::random_bindings(g, seed);
+  plant_special_values(vars, seed);
+  return vars;
+}
 
 DifferentialResult compare_fused_with_interpreter(const ir::Graph& g, uint64_t seed, int ulps,
                                                   const ExecutorOptions& opts) {
   DifferentialResult r;
-  runtime::Bindings vars = runtime::random_bindings(g, seed);
-  plant_special_values(vars, seed);
+  const runtime::Bindings vars = differential_inputs(g, seed);
   const std::vector<Tensor> want = runtime::interpret(g, vars);
   const Executable exe = Executable::compile(g, opts);
   r.kernels = exe.compile_stats().kernels;
@@ -108,7 +110,7 @@ DifferentialResult compare_fused_with_interpreter(const ir::Graph& g, uint64_t s
     return r;
   }
   const std::vector<Tensor> got = exe.run(vars);
-  const bool free_zero_sign = holds_min_max(exe);
+  const bool free_zero_sign = holds_min_max(exe.kernel_specs());
   const double epsilon = coarsest_epsilon(g);
   for (size_t k = 0; k < want.size(); ++k) {
     if (got[k].type() != want[k].type()) {

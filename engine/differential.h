@@ -11,9 +11,11 @@
 
 #include "engine/executor.h"
 #include "ir/graph.h"
+#include "runtime/interpreter.h"
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace ampfuse::engine {
 
@@ -27,6 +29,23 @@ struct DifferentialResult {
   int kernels = 0;
   int fused_nodes = 0;
 };
+
+// The fuzzer's inputs for `g`: random_bindings(g, seed) with NaN, +-Inf, +-0, subnormals
+// and values beyond f16 planted in float variables.
+runtime::Bindings differential_inputs(const ir::Graph& g, uint64_t seed);
+
+// Whether element i of `want` and `got` (same type) agree: NaN equals NaN; zeros must have
+// the same sign unless `free_zero_sign`; with ulps > 0, floats may differ by `ulps` steps of
+// their dtype or by ulps * epsilon relative to the value; otherwise they must be equal.
+bool same_element(const runtime::Tensor& want, const runtime::Tensor& got, int64_t i, int ulps, double epsilon,
+                  bool free_zero_sign);
+
+// The epsilon of the coarsest float type any node of `g` produces: a transcendental result
+// rounded through bf16 and widened again differs by a bf16 step.
+double coarsest_epsilon(const ir::Graph& g);
+
+// Whether one of these kernels holds max or min (whose zero sign is free).
+bool holds_min_max(const std::vector<const codegen::KernelSpec*>& specs);
 
 // Runs `g` (types inferred) on the interpreter and fused (Executable with `opts`) on the
 // same inputs (seeded by `seed`) and compares, exactly or within `ulps` when ulps > 0.

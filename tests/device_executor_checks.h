@@ -7,6 +7,7 @@
 #pragma once
 
 #include "engine/default_model.h"
+#include "engine/differential.h"
 #include "engine/device_executor.h"
 #include "engine/random_graph.h"
 #include "ir/builder.h"
@@ -17,8 +18,6 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstring>
-#include <limits>
 #include <string>
 #include <utility>
 #include <vector>
@@ -29,39 +28,15 @@ using ir::DType;
 using ir::ValueRef;
 using runtime::Tensor;
 
-// Random bindings with NaN, +-Inf, -0, subnormals and values beyond f16 planted in float
-// variables (a few each), as the differential fuzzer does.
-inline runtime::Bindings planted_bindings(const ir::Graph& g, uint64_t seed) {
-  runtime::Bindings vars = runtime::random_bindings(g, seed);
-  constexpr double kSpecial[] = {NAN, INFINITY, -INFINITY, -0.0, 65520.0, 1e-40, -6e-8, 3.0e-39};
-  uint64_t state = seed * 0x9E3779B97F4A7C15ull + 1;
-  auto next = [&] { return (state = state * 6364136223846793005ull + 1442695040888963407ull) >> 17; };
-  for (auto& [name, t] : vars) {
-    if (!ir::is_float(t.dtype()) || t.size() == 0 || next() % 3 == 0) continue;
-    for (int k = 0; k < 3; ++k) t.set_f64(static_cast<int64_t>(next() % static_cast<uint64_t>(t.size())), kSpecial[next() % 8]);
-  }
-  return vars;
-}
+// The differential fuzzer's inputs (engine/differential.h): random values with special ones
+// planted.
+inline runtime::Bindings planted_bindings(const ir::Graph& g, uint64_t seed) { return engine::differential_inputs(g, seed); }
 
-// Bits of a float element as an integer ordered like the values (ULP distances).
-inline int64_t ordered_bits(const Tensor& t, int64_t i) {
-  uint64_t bits = 0;
-  int width = 0;
-  switch (t.dtype()) {
-    case DType::f16:
-    case DType::bf16: bits = t.data<uint16_t>()[i], width = 16; break;
-    case DType::f32: std::memcpy(&bits, t.data<float>() + i, 4), width = 32; break;
-    case DType::f64: std::memcpy(&bits, t.data<double>() + i, 8), bits >>= 2, width = 62; break;
-    default: return 0;
-  }
-  const uint64_t sign = uint64_t{1} << (width - 1);
-  return (bits & sign) ? -static_cast<int64_t>(bits & (sign - 1)) : static_cast<int64_t>(bits);
-}
-
+// engine::same_element's tolerance, or within a fraction of each output's largest |value|.
 struct Tolerance {
   bool free_zero_sign = false;  // a kernel holds max/min, whose zero sign is free
   int ulps = 0;                 // 0: bit for bit (NaNs of any payload equal)
-  double relative = 0;          // or within this relative difference
+  double epsilon = 0;           // with ulps: or within ulps * epsilon relative to the value
   // Else within this fraction of the largest |value| of the output (external ops: oneDNN
   // sums in its own order).
   double of_largest = 0;
@@ -78,28 +53,15 @@ inline ::testing::AssertionResult same_outputs(const std::vector<Tensor>& want, 
     for (int64_t i = 0; i < want[k].size(); ++i)
       if (std::isfinite(want[k].get_f64(i))) largest = std::max(largest, std::fabs(want[k].get_f64(i)));
     for (int64_t i = 0; i < want[k].size(); ++i) {
+      if (engine::same_element(want[k], got[k], i, tol.ulps, tol.epsilon, tol.free_zero_sign)) continue;
       const double x = want[k].get_f64(i), y = got[k].get_f64(i);
-      bool same = x == y && std::signbit(x) == std::signbit(y);
-      if (std::isnan(x) || std::isnan(y)) same = std::isnan(x) && std::isnan(y);
-      else if (x == 0 && y == 0) same = tol.free_zero_sign || std::signbit(x) == std::signbit(y);
-      else if (!same && tol.ulps > 0 && std::isfinite(x) && std::isfinite(y) && ir::is_float(want[k].dtype()))
-        same = std::llabs(ordered_bits(want[k], i) - ordered_bits(got[k], i)) <= tol.ulps ||
-               std::fabs(x - y) <= tol.relative * std::max(std::fabs(x), std::fabs(y));
-      if (!same && tol.of_largest > 0 && std::isfinite(x) && std::isfinite(y))
-        same = std::fabs(x - y) <= tol.of_largest * largest;
-      if (!same)
-        return ::testing::AssertionFailure() << "output " << k << " (" << ir::type_str(want[k].type()) << ") element "
-                                             << i << ": got " << y << ", want " << x;
+      if (tol.of_largest > 0 && std::isfinite(x) && std::isfinite(y) && std::fabs(x - y) <= tol.of_largest * largest)
+        continue;
+      return ::testing::AssertionFailure() << "output " << k << " (" << ir::type_str(want[k].type()) << ") element "
+                                           << i << ": got " << y << ", want " << x;
     }
   }
   return ::testing::AssertionSuccess();
-}
-
-inline bool holds_min_max(const engine::DeviceExecutable& exe) {
-  for (const codegen::KernelSpec* spec : exe.kernel_specs())
-    for (const ir::ScalarInstr& s : spec->body.instrs)
-      if (s.op == ir::ScalarOp::max || s.op == ir::ScalarOp::min) return true;
-  return false;
 }
 
 inline ir::Graph parsed(const char* text) {
@@ -225,7 +187,7 @@ inline ::testing::AssertionResult device_matches_interpreter(const ir::Graph& g,
     const runtime::Bindings vars = exact ? planted_bindings(g, seed) : runtime::random_bindings(g, seed);
     const std::vector<Tensor> want = runtime::interpret(g, vars);
     const engine::DeviceExecutable exe = engine::DeviceExecutable::compile(g, opts);
-    tol.free_zero_sign = tol.free_zero_sign || holds_min_max(exe);
+    tol.free_zero_sign = tol.free_zero_sign || engine::holds_min_max(exe.kernel_specs());
     const std::vector<Tensor> got = exe.run(vars);
     ::testing::AssertionResult r = same_outputs(want, got, tol);
     // Again, now that the pool hands out buffers the first run wrote.
@@ -248,15 +210,7 @@ inline FuzzResult fuzz_on_device(runtime::DeviceApi& device, uint64_t first, uin
   for (uint64_t seed = first; seed < first + count; ++seed) {
     const engine::RandomGraph rg = engine::random_fusable_graph(seed);
     Tolerance tol;
-    if (rg.transcendental) {
-      tol.ulps = transcendental_ulps;
-      double eps = 0x1p-52;  // a result rounded through bf16 differs by a bf16 step
-      for (const ir::Node& n : rg.graph.nodes)
-        for (const ir::TensorType& t : n.outputs)
-          eps = std::max(eps, t.dtype == DType::bf16 ? 0x1p-7 : t.dtype == DType::f16 ? 0x1p-10
-                                                              : t.dtype == DType::f32 ? 0x1p-23 : 0.0);
-      tol.relative = transcendental_ulps * eps;
-    }
+    if (rg.transcendental) tol = {.ulps = transcendental_ulps, .epsilon = engine::coarsest_epsilon(rg.graph)};
     ++fr.graphs;
     const ::testing::AssertionResult r = device_matches_interpreter(rg.graph, device, seed, tol);
     if (!r && fr.failures++ == 0)

@@ -106,7 +106,7 @@ TEST(DeviceExecutor, DefaultModelEqualsTheCpuExecutor) {
   const std::vector<Tensor> got = exe.run(vars, &rs);
   // Same kernels, same oneDNN primitives, same inputs: the same bits.
   EXPECT_TRUE(same_outputs(engine::Executable::compile(g).run(vars), got));
-  EXPECT_TRUE(same_outputs(runtime::interpret(g, vars), got, {.ulps = 64, .relative = 1e-4}));
+  EXPECT_TRUE(same_outputs(runtime::interpret(g, vars), got, {.ulps = 64, .epsilon = 1e-4 / 64}));
   EXPECT_GT(rs.uploads, 0);
   EXPECT_GT(rs.downloads, 0);
   EXPECT_GT(rs.device_bytes, 0);
