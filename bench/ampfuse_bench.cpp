@@ -6,8 +6,8 @@
 // inputs once, its outputs once); memcpy moves the same number of bytes, half read and
 // half written, so "fused / memcpy" is the fraction of copy bandwidth a kernel reaches.
 #include "codegen/kernel_abi.h"
-#include "engine/amp_pipeline.h"
-#include "engine/executor.h"
+#include "engine/passes/amp_pipeline.h"
+#include "engine/execution/executor.h"
 #include "ir/mxnet_json.h"
 #include "codegen/kernel_spec.h"
 #include "runtime/kernel_cache.h"
@@ -73,7 +73,7 @@ KernelSpec flat_spec(const std::string& name, ir::ScalarProgram body, const std:
   return s;
 }
 
-// DESIGN.md's C8 chain: a=f32(x); b=f32(y); c=a*b; d=c+0.5; e=max(d,0); f=e*1.5; g=f-a.
+// docs/design.md's C8 chain: a=f32(x); b=f32(y); c=a*b; d=c+0.5; e=max(d,0); f=e*1.5; g=f-a.
 ir::ScalarProgram c8_body() {
   ScalarBuilder b(2);
   const auto a = b.input(0), y = b.input(1);
@@ -198,7 +198,7 @@ void BM_KernelCacheHit(benchmark::State& state) {
 
 // Whole models through the executor (issue #5): f32 or bf16 AMP, fused or one kernel per
 // op. resnet152 at batch 1 (224x224) and the Sockeye transformer (its sequence length is
-// fixed at 100 by its positional encodings). Skipped when ../shared/models is absent.
+// fixed at 100 by its positional encodings). Skipped when models/ is absent.
 struct ModelBench {
   const char* file;
   std::map<std::string, ir::Shape> shapes;

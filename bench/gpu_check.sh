@@ -63,11 +63,11 @@ if grep -q "no CUDA driver\|no CUDA device" "$OUT/cuda_tests.log"; then
   cat "$SUMMARY"
   exit $status
 fi
-# Whole models on the GPU (engine/device_executor.h): the report's latency, error vs the f32
+# Whole models on the GPU (engine/execution/device_executor.h): the report's latency, error vs the f32
 # CPU run, plan, and host round trips. External ops run on the host.
 step run_default 15 "$BUILD/ampfuse" run --device cuda --repeat 20 --shape data=8,3,32,32
 step run_default_bf16 15 "$BUILD/ampfuse" run --device cuda --amp bf16 --repeat 20 --shape data=8,3,32,32
-RESNET=../shared/models/cifar_resnet20_v2-gluoncv-symbol.json
+RESNET=models/cifar_resnet20_v2-gluoncv-symbol.json
 if [ -f "$RESNET" ]; then
   step run_resnet20 20 "$BUILD/ampfuse" run "$RESNET" --shape data=1,3,32,32 --device cuda --repeat 20 \
     --save-outputs "$OUT/resnet20_outputs"

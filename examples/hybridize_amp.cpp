@@ -3,9 +3,9 @@
 //
 //   ./build/ampfuse_example_hybridize            # prints the plan and the timings
 //   ./build/ampfuse_example_hybridize --check    # also exits 1 when an expectation fails (ctest)
-#include "engine/amp_scope.h"
-#include "engine/block.h"
-#include "engine/loss_scaler.h"
+#include "engine/api/amp_scope.h"
+#include "engine/api/block.h"
+#include "engine/api/loss_scaler.h"
 #include "ir/error.h"
 
 #include <fmt/format.h>

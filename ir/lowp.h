@@ -1,6 +1,6 @@
 // Exact conversions between f32 and the two 16-bit float formats.
 //
-// These are the definition every backend must match bit for bit (DESIGN.md, "Semantics").
+// These are the definition every backend must match bit for bit (docs/design.md, "Semantics").
 // f32 -> f16 / bf16: round to nearest, ties to even; overflow gives +-Inf; NaN stays NaN
 // (quiet, sign kept); subnormal results are produced, never flushed. The widening
 // directions are exact.

@@ -31,7 +31,7 @@ struct InputSlot {
   bool optional = false;  // e.g. bias when no_bias=True
 };
 
-// The five AMP classes (MXNet's op lists). See DESIGN.md "AMP conversion".
+// The five AMP classes (MXNet's op lists). See docs/design.md "AMP conversion".
 enum class AmpClass : uint8_t { lowp, fp32, widest, cond_fp32, neutral };
 std::string_view amp_class_name(AmpClass c);
 

@@ -1,4 +1,4 @@
-// A device for engine/device_executor.h: memory, transfers, kernels, launch. Two of them:
+// A device for engine/execution/device_executor.h: memory, transfers, kernels, launch. Two of them:
 //
 //   cuda_device_api()      device 0 through runtime/cuda/cuda_driver.h (NVRTC kernels)
 //   EmulatedDevice         "device memory" in separate host allocations, kernels from the

@@ -1,6 +1,6 @@
-// amp::init, amp::Scope and the environment switches (engine/amp_scope.h): precedence,
+// amp::init, amp::Scope and the environment switches (engine/api/amp_scope.h): precedence,
 // nesting, per-thread independence, and errors for bad values.
-#include "engine/amp_scope.h"
+#include "engine/api/amp_scope.h"
 #include "tests/test_util.h"
 
 #include <gtest/gtest.h>

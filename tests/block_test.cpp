@@ -1,8 +1,8 @@
-// Blocks (engine/block.h): eager vs hybridized, traces and plans per signature and size,
+// Blocks (engine/api/block.h): eager vs hybridized, traces and plans per signature and size,
 // AMP from the environment, init and scopes at trace time, per-node disable, and the
 // weight-cast cache over an unrolled recurrent cell.
-#include "engine/amp_scope.h"
-#include "engine/block.h"
+#include "engine/api/amp_scope.h"
+#include "engine/api/block.h"
 #include "runtime/kernel_cache.h"
 #include "tests/test_util.h"
 

@@ -10,7 +10,7 @@ namespace {
 
 const std::vector<int64_t> kSizes = {0, 1, 7, 31, 257, 1009, (1 << 20) + 3};
 
-// DESIGN.md's C8 chain: a=f32(x); b=f32(y); c=a*b; d=c+0.5; e=max(d,0); f=e*1.5; g=f-a.
+// docs/design.md's C8 chain: a=f32(x); b=f32(y); c=a*b; d=c+0.5; e=max(d,0); f=e*1.5; g=f-a.
 ir::ScalarProgram c8_body() {
   ScalarBuilder b(2);
   const auto a = b.input(0), y = b.input(1);

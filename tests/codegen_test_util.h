@@ -84,7 +84,7 @@ inline Tensor random_tensor(DType dtype, const Shape& shape, uint64_t seed) {
   return t;
 }
 
-// Same bits, except that any NaN equals any NaN (DESIGN.md: NaN compares as NaN-ness).
+// Same bits, except that any NaN equals any NaN (docs/design.md: NaN compares as NaN-ness).
 inline bool same_element(const Tensor& a, const Tensor& b, int64_t i) {
   const size_t bytes = ir::dtype_size(a.dtype());
   if (std::memcmp(static_cast<const char*>(a.raw()) + i * bytes, static_cast<const char*>(b.raw()) + i * bytes,

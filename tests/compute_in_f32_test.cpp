@@ -1,7 +1,7 @@
 // compute_in_f32: external ops the backend computes in f32 get explicit casts, which change
 // nothing a graph computes (bit for bit on the interpreter) and fuse into the kernels around
 // them in the executor.
-#include "engine/executor.h"
+#include "engine/execution/executor.h"
 #include "engine/passes/compute_in_f32.h"
 
 #include "ir/text_format.h"

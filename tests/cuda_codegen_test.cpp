@@ -3,9 +3,9 @@
 // configuration, and the driver's message when there is no driver or device.
 #include "codegen/cuda_emitter.h"
 #include "cuda_test_specs.h"
-#include "engine/fusion_plan.h"
-#include "engine/kernel_lowering.h"
-#include "engine/random_graph.h"
+#include "engine/planning/fusion_plan.h"
+#include "engine/planning/kernel_lowering.h"
+#include "fuzz/random_graph.h"
 #include "filecheck.h"
 #include "runtime/cuda/cuda_driver.h"
 #include "runtime/cuda/nvrtc_compiler.h"
@@ -391,7 +391,7 @@ const FuzzUnits& fuzz_units() {
     if (const char* env = std::getenv("AMPFUSE_FUZZ_GRAPHS")) r.graphs = std::strtoull(env, nullptr, 10) * 4;
     std::unordered_set<std::string> keys;
     for (uint64_t seed = 1; seed <= r.graphs; ++seed) {
-      const engine::RandomGraph rg = engine::random_fusable_graph(seed);
+      const fuzz::RandomGraph rg = fuzz::random_fusable_graph(seed);
       for (const engine::PlanStep& step : engine::plan_fusion(rg.graph).steps) {
         const auto* k = std::get_if<engine::FusedKernel>(&step);
         if (!k || ir::num_elements(k->iteration) == 0) continue;

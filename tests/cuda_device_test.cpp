@@ -2,15 +2,15 @@
 // differential fuzzer's graphs run on device 0 against the reference evaluator
 // (runtime::eval_scalar_program), bit for bit for exact ops and within
 // codegen::kCudaTranscendentalUlp otherwise, flags included; then whole plans through the
-// device executor (engine/device_executor.h): the checks of tests/device_executor_checks.h
+// device executor (engine/execution/device_executor.h): the checks of tests/device_executor_checks.h
 // that tests/device_executor_test.cpp runs on the emulated device. Without a driver or a
 // device each test skips with the driver's reason.
 #include "codegen/cuda_emitter.h"
 #include "cuda_test_specs.h"
-#include "engine/fusion_plan.h"
-#include "engine/kernel_lowering.h"
-#include "engine/random_graph.h"
-#include "engine/executor.h"
+#include "engine/planning/fusion_plan.h"
+#include "engine/planning/kernel_lowering.h"
+#include "fuzz/random_graph.h"
+#include "engine/execution/executor.h"
 #include "runtime/cuda/cuda_driver.h"
 #include "runtime/device_api.h"
 #include "tests/device_executor_checks.h"
@@ -126,7 +126,7 @@ TEST(CudaDevice, FuzzerKernelsMatchTheReference) {
   int fallbacks = 0;
   std::vector<KernelSpec> specs;
   for (uint64_t seed = 1; seed <= fuzz_graphs(); ++seed) {
-    const engine::RandomGraph rg = engine::random_fusable_graph(seed);
+    const fuzz::RandomGraph rg = fuzz::random_fusable_graph(seed);
     for (const engine::PlanStep& step : engine::plan_fusion(rg.graph).steps)
       if (const auto* k = std::get_if<engine::FusedKernel>(&step)) {
         if (ir::num_elements(k->iteration) == 0) continue;
@@ -155,7 +155,7 @@ TEST(CudaDevice, FuzzerKernelsMatchTheReference) {
 }
 
 
-// Whole plans on the GPU (engine/device_executor.h): views, slices, broadcasts, host round
+// Whole plans on the GPU (engine/execution/device_executor.h): views, slices, broadcasts, host round
 // trips, variables as outputs, empty tensors, a kernel left to the host.
 TEST(CudaDevice, ExecutorRunsTheSmallGraphs) {
   REQUIRE_GPU();
@@ -170,7 +170,7 @@ TEST(CudaDevice, ExecutorRunsTheSmallGraphs) {
 TEST(CudaDevice, ExecutorRunsTheDefaultModel) {
   REQUIRE_GPU();
   const std::unique_ptr<runtime::DeviceApi> gpu = runtime::cuda_device_api();
-  const ir::Graph g = engine::build_default_model(8);
+  const ir::Graph g = models::build_default_model(8);
   engine::DeviceExecutorOptions opts;
   opts.device = gpu.get();
   opts.check_nonfinite = true;
@@ -221,7 +221,7 @@ TEST(CudaDevice, ExecutorRunsFuzzerGraphs) {
   const uint64_t graphs = std::min<uint64_t>(200, fuzz_graphs());
   std::vector<KernelSpec> specs;
   for (uint64_t seed = 1; seed <= graphs; ++seed) {
-    const engine::RandomGraph rg = engine::random_fusable_graph(seed);
+    const fuzz::RandomGraph rg = fuzz::random_fusable_graph(seed);
     for (const engine::PlanStep& step : engine::plan_fusion(rg.graph).steps)
       if (const auto* k = std::get_if<engine::FusedKernel>(&step)) try {
           if (ir::num_elements(k->iteration) > 0) specs.push_back(engine::lower_kernel(rg.graph, *k, "k").spec);

@@ -6,9 +6,9 @@
 // memory system) the device tests do.
 #include "codegen/cuda_emitter.h"
 #include "cuda_test_specs.h"
-#include "engine/fusion_plan.h"
-#include "engine/kernel_lowering.h"
-#include "engine/random_graph.h"
+#include "engine/planning/fusion_plan.h"
+#include "engine/planning/kernel_lowering.h"
+#include "fuzz/random_graph.h"
 #include "test_util.h"
 
 #include <gtest/gtest.h>
@@ -168,7 +168,7 @@ TEST(CudaHostEmulation, PacksAndTails) {
 TEST(CudaHostEmulation, FuzzerKernelsMatchTheReference) {
   std::vector<KernelSpec> specs;
   for (uint64_t seed = 1; seed <= 60; ++seed) {
-    const engine::RandomGraph rg = engine::random_fusable_graph(seed);
+    const fuzz::RandomGraph rg = fuzz::random_fusable_graph(seed);
     for (const engine::PlanStep& step : engine::plan_fusion(rg.graph).steps) {
       const auto* k = std::get_if<engine::FusedKernel>(&step);
       if (!k || ir::num_elements(k->iteration) == 0) continue;

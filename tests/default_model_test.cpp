@@ -1,5 +1,5 @@
 // The embedded default model: its structure, and that it runs to a probability per class.
-#include "engine/default_model.h"
+#include "models/default_model.h"
 #include "runtime/interpreter.h"
 #include "tests/test_util.h"
 
@@ -12,6 +12,7 @@ namespace {
 
 using ir::DType;
 using ir::TensorType;
+using models::build_default_model;
 
 TEST(DefaultModel, HasTheDocumentedBlocksAndTypes) {
   const ir::Graph g = build_default_model(2);

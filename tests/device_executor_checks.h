@@ -1,4 +1,4 @@
-// Checks of the device executor (engine/device_executor.h) shared by the emulated device's
+// Checks of the device executor (engine/execution/device_executor.h) shared by the emulated device's
 // tests (tests/device_executor_test.cpp, every build) and the GPU's
 // (tests/cuda_device_test.cpp): small graphs that exercise views, slices, broadcasts,
 // host round trips, variables as outputs and empty tensors, the default model and the
@@ -6,10 +6,10 @@
 // interpreter.
 #pragma once
 
-#include "engine/default_model.h"
-#include "engine/differential.h"
-#include "engine/device_executor.h"
-#include "engine/random_graph.h"
+#include "models/default_model.h"
+#include "fuzz/differential.h"
+#include "engine/execution/device_executor.h"
+#include "fuzz/random_graph.h"
 #include "ir/builder.h"
 #include "ir/text_format.h"
 #include "ir/type_inference.h"
@@ -28,11 +28,11 @@ using ir::DType;
 using ir::ValueRef;
 using runtime::Tensor;
 
-// The differential fuzzer's inputs (engine/differential.h): random values with special ones
+// The differential fuzzer's inputs (fuzz/differential.h): random values with special ones
 // planted.
-inline runtime::Bindings planted_bindings(const ir::Graph& g, uint64_t seed) { return engine::differential_inputs(g, seed); }
+inline runtime::Bindings planted_bindings(const ir::Graph& g, uint64_t seed) { return fuzz::differential_inputs(g, seed); }
 
-// engine::same_element's tolerance, or within a fraction of each output's largest |value|.
+// fuzz::same_element's tolerance, or within a fraction of each output's largest |value|.
 struct Tolerance {
   bool free_zero_sign = false;  // a kernel holds max/min, whose zero sign is free
   int ulps = 0;                 // 0: bit for bit (NaNs of any payload equal)
@@ -53,7 +53,7 @@ inline ::testing::AssertionResult same_outputs(const std::vector<Tensor>& want, 
     for (int64_t i = 0; i < want[k].size(); ++i)
       if (std::isfinite(want[k].get_f64(i))) largest = std::max(largest, std::fabs(want[k].get_f64(i)));
     for (int64_t i = 0; i < want[k].size(); ++i) {
-      if (engine::same_element(want[k], got[k], i, tol.ulps, tol.epsilon, tol.free_zero_sign)) continue;
+      if (fuzz::same_element(want[k], got[k], i, tol.ulps, tol.epsilon, tol.free_zero_sign)) continue;
       const double x = want[k].get_f64(i), y = got[k].get_f64(i);
       if (tol.of_largest > 0 && std::isfinite(x) && std::isfinite(y) && std::fabs(x - y) <= tol.of_largest * largest)
         continue;
@@ -187,7 +187,7 @@ inline ::testing::AssertionResult device_matches_interpreter(const ir::Graph& g,
     const runtime::Bindings vars = exact ? planted_bindings(g, seed) : runtime::random_bindings(g, seed);
     const std::vector<Tensor> want = runtime::interpret(g, vars);
     const engine::DeviceExecutable exe = engine::DeviceExecutable::compile(g, opts);
-    tol.free_zero_sign = tol.free_zero_sign || engine::holds_min_max(exe.kernel_specs());
+    tol.free_zero_sign = tol.free_zero_sign || fuzz::holds_min_max(exe.kernel_specs());
     const std::vector<Tensor> got = exe.run(vars);
     ::testing::AssertionResult r = same_outputs(want, got, tol);
     // Again, now that the pool hands out buffers the first run wrote.
@@ -208,9 +208,9 @@ struct FuzzResult {
 inline FuzzResult fuzz_on_device(runtime::DeviceApi& device, uint64_t first, uint64_t count, int transcendental_ulps) {
   FuzzResult fr;
   for (uint64_t seed = first; seed < first + count; ++seed) {
-    const engine::RandomGraph rg = engine::random_fusable_graph(seed);
+    const fuzz::RandomGraph rg = fuzz::random_fusable_graph(seed);
     Tolerance tol;
-    if (rg.transcendental) tol = {.ulps = transcendental_ulps, .epsilon = engine::coarsest_epsilon(rg.graph)};
+    if (rg.transcendental) tol = {.ulps = transcendental_ulps, .epsilon = fuzz::coarsest_epsilon(rg.graph)};
     ++fr.graphs;
     const ::testing::AssertionResult r = device_matches_interpreter(rg.graph, device, seed, tol);
     if (!r && fr.failures++ == 0)

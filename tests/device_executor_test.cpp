@@ -1,12 +1,12 @@
-// The device executor (engine/device_executor.h) on the emulated device (runtime/device_api.h),
+// The device executor (engine/execution/device_executor.h) on the emulated device (runtime/device_api.h),
 // so in every build, without a GPU: small graphs aimed at views, slices, broadcasts, host
 // round trips, variables as outputs and empty tensors; the default model; 200 of the
 // differential fuzzer's graphs against the interpreter and against the CPU executor bit for
 // bit (the emulated device runs the same CPU kernels); what is uploaded, downloaded and
 // allocated; the non-finite flag; errors. The same checks run on a real GPU in
 // tests/cuda_device_test.cpp.
-#include "engine/differential.h"
-#include "engine/executor.h"
+#include "fuzz/differential.h"
+#include "engine/execution/executor.h"
 #include "runtime/kernel_cache.h"
 #include "tests/cli_util.h"
 #include "tests/device_executor_checks.h"
@@ -77,11 +77,11 @@ constexpr uint64_t kDeviceFuzzGraphs = 200;
 
 TEST(DeviceExecutor, FuzzerGraphsEqualTheInterpreterAndTheCpuExecutor) {
   EmulatedDevice device;
-  const FuzzResult fr = fuzz_on_device(device, 1, kDeviceFuzzGraphs, engine::kTranscendentalUlps);
+  const FuzzResult fr = fuzz_on_device(device, 1, kDeviceFuzzGraphs, fuzz::kTranscendentalUlps);
   EXPECT_EQ(fr.failures, 0) << "of " << fr.graphs << "; first: " << fr.first_failure;
   int mismatches = 0, transcendental = 0;
   for (uint64_t seed = 1; seed <= kDeviceFuzzGraphs; ++seed) {
-    const engine::RandomGraph rg = engine::random_fusable_graph(seed);
+    const fuzz::RandomGraph rg = fuzz::random_fusable_graph(seed);
     transcendental += rg.transcendental;
     const runtime::Bindings vars = planted_bindings(rg.graph, seed);
     const auto r = same_outputs(engine::Executable::compile(rg.graph).run(vars),
@@ -94,7 +94,7 @@ TEST(DeviceExecutor, FuzzerGraphsEqualTheInterpreterAndTheCpuExecutor) {
 
 TEST(DeviceExecutor, DefaultModelEqualsTheCpuExecutor) {
   EmulatedDevice device;
-  const ir::Graph g = engine::build_default_model(2);
+  const ir::Graph g = models::build_default_model(2);
   const DeviceExecutable exe = DeviceExecutable::compile(g, on(device));
   const DeviceCompileStats& st = exe.compile_stats();
   EXPECT_GT(st.device_kernels, 0);

@@ -1,7 +1,7 @@
-// The executor (engine/executor.h): plans run fused, equal to the interpreter, with kernels
+// The executor (engine/execution/executor.h): plans run fused, equal to the interpreter, with kernels
 // cached across sizes, buffers reused, the non-finite flag, views and fallbacks.
-#include "engine/differential.h"
-#include "engine/executor.h"
+#include "fuzz/differential.h"
+#include "engine/execution/executor.h"
 #include "ir/builder.h"
 #include "ir/text_format.h"
 #include "ir/type_inference.h"
@@ -17,6 +17,7 @@ namespace {
 
 using ir::DType;
 using ir::ValueRef;
+using fuzz::compare_fused_with_interpreter;
 using runtime::Tensor;
 
 // bf16 AMP-style chain: x f32 -> bf16 -> (x*w + b) relu -> f32, over [batch, 8, 5].

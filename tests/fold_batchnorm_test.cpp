@@ -3,7 +3,7 @@
 // interpreter in f32, NHWC, grouped, without bias, with fix_gamma, and under bf16), every
 // condition that forbids folding leaves the graph alone, and in the executor no BatchNorm
 // touches an activation while the folded weights are computed once.
-#include "engine/executor.h"
+#include "engine/execution/executor.h"
 #include "engine/passes/fold_batchnorm.h"
 
 #include "ir/text_format.h"

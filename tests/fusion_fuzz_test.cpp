@@ -1,8 +1,8 @@
 // The differential fuzzer in CI: 2000 seeded random graphs (4 shards of 500), each run fused
-// and on the interpreter (engine/differential.h). `ampfuse fuzz --seed S --count N` runs any
+// and on the interpreter (fuzz/differential.h). `ampfuse fuzz --seed S --count N` runs any
 // number from any seed and prints the seed of each failure.
-#include "engine/differential.h"
-#include "engine/random_graph.h"
+#include "fuzz/differential.h"
+#include "fuzz/random_graph.h"
 #include "ir/builder.h"
 
 #include <gtest/gtest.h>
@@ -11,6 +11,8 @@
 
 namespace ampfuse::engine {
 namespace {
+
+using namespace ampfuse::fuzz;
 
 // Shards start at seeds 1, 501, 1001, 1501.
 constexpr uint64_t kGraphsPerShard = 500;
@@ -57,7 +59,7 @@ TEST(RandomGraph, SameSeedSameGraph) {
 }
 
 // A correct graph passes the comparison. (That a wrong kernel fails it was checked by hand:
-// dropping the per-node round_to in engine/kernel_lowering.cpp fails 8 of 100 seeds.)
+// dropping the per-node round_to in engine/planning/kernel_lowering.cpp fails 8 of 100 seeds.)
 TEST(Differential, ACorrectGraphPasses) {
   ir::GraphBuilder b;
   const ir::ValueRef x = b.input("x", {ir::DType::bf16, {7}});

@@ -1,6 +1,6 @@
 // The fusion planner on textual graphs: what joins a kernel, what is loaded through a map,
 // what is stored, and the cases that must not fuse (cycles, broadcasts of inner values).
-#include "engine/fusion_plan.h"
+#include "engine/planning/fusion_plan.h"
 #include "ir/text_format.h"
 #include "ir/type_inference.h"
 #include "tests/filecheck.h"

@@ -1,8 +1,8 @@
 // graph_to_dot on textual graphs: kernels as clusters with their size, node kinds as shapes,
 // dtypes as colours and edge labels; the unfused plan; names that need escaping.
-#include "engine/default_model.h"
-#include "engine/fusion_plan.h"
-#include "engine/graph_dot.h"
+#include "models/default_model.h"
+#include "engine/planning/fusion_plan.h"
+#include "engine/planning/graph_dot.h"
 #include "ir/text_format.h"
 #include "ir/type_inference.h"
 #include "tests/filecheck.h"
@@ -11,6 +11,8 @@
 
 namespace ampfuse::engine {
 namespace {
+
+using models::build_default_model;
 
 std::string dot_text(const std::string& ir, PlannerOptions opts = {}) {
   ir::Graph g = ir::parse_graph(ir);

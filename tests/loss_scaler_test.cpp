@@ -1,7 +1,7 @@
-// The loss scaler (engine/loss_scaler.h): the dynamic policy and its clamps, the fused
+// The loss scaler (engine/api/loss_scaler.h): the dynamic policy and its clamps, the fused
 // mixed-dtype unscale + non-finite check against a plain scalar loop, and checkpoints.
-#include "engine/executor.h"
-#include "engine/loss_scaler.h"
+#include "engine/execution/executor.h"
+#include "engine/api/loss_scaler.h"
 #include "ir/builder.h"
 #include "ir/lowp.h"
 #include "runtime/thread_pool.h"

@@ -1,8 +1,8 @@
-// Every non-INT8 model of ../shared/models runs end to end through the executor (fused
+// Every non-INT8 model of models/ runs end to end through the executor (fused
 // kernels, oneDNN and reference external ops) under --amp off, bf16 and fp16, and agrees
 // with the f32 reference interpreter within the tolerance stated per model.
-#include "engine/amp_pipeline.h"
-#include "engine/executor.h"
+#include "engine/passes/amp_pipeline.h"
+#include "engine/execution/executor.h"
 #include "ir/mxnet_json.h"
 
 #include <gtest/gtest.h>

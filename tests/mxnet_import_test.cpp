@@ -1,5 +1,5 @@
 // MXNet symbol JSON: import of every format version, its error messages, export, and the
-// real model graphs of ../shared/models.
+// real model graphs of models/.
 #include "ir/mxnet_json.h"
 #include "test_util.h"
 
@@ -401,7 +401,7 @@ TEST(MxnetExport, HintThatShadowsAnAttributeIsAnError) {
             "node 1 'relu' (Activation): attribute 'act_type' is also a hint, and a file can hold only one of them");
 }
 
-// ---- the real models of ../shared/models ----------------------------------------------------
+// ---- the real models of models/ ----------------------------------------------------
 
 std::string model_path(const std::string& file) { return std::string(AMPFUSE_MODELS_DIR) + "/" + file; }
 

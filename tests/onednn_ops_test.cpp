@@ -1,8 +1,8 @@
 // oneDNN external ops against the reference kernels (the semantic definition), f32, bf16 and
 // f16, channels-first and channels-last; refusals; the primitive cache; and the external ops
 // of real models (the embedded default, cifar_resnet20) in f32 and after bf16 AMP.
-#include "engine/amp_pipeline.h"
-#include "engine/default_model.h"
+#include "engine/passes/amp_pipeline.h"
+#include "models/default_model.h"
 #include "ir/builder.h"
 #include "ir/mxnet_json.h"
 #include "ir/error.h"
@@ -268,7 +268,7 @@ void check_model_external_ops(const ir::Graph& f32_graph, const std::string& mod
 }
 
 TEST(Onednn, DefaultModelExternalOpsRunOnOnednn) {
-  check_model_external_ops(engine::build_default_model(2), "default model");
+  check_model_external_ops(models::build_default_model(2), "default model");
 }
 
 TEST(Onednn, CifarResnetExternalOpsRunOnOnednn) {

@@ -1,7 +1,7 @@
 // The AMP options `ampfuse convert`, `run` and `dot` share: --amp and the class overrides.
 #pragma once
 
-#include "engine/amp_options.h"
+#include "engine/passes/amp_options.h"
 
 #include <CLI/CLI.hpp>
 

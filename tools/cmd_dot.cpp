@@ -1,9 +1,9 @@
 // `ampfuse dot [MODEL.json] -o FILE.dot|FILE.svg`: a Graphviz picture of the fusion plan
-// (engine/graph_dot.h), after AMP conversion when --amp says so. An .svg goes through
+// (engine/planning/graph_dot.h), after AMP conversion when --amp says so. An .svg goes through
 // Graphviz's `dot` program.
-#include "engine/amp_pipeline.h"
-#include "engine/fusion_plan.h"
-#include "engine/graph_dot.h"
+#include "engine/passes/amp_pipeline.h"
+#include "engine/planning/fusion_plan.h"
+#include "engine/planning/graph_dot.h"
 #include "ir/error.h"
 #include "tools/amp_args.h"
 #include "tools/commands.h"

@@ -1,7 +1,7 @@
-// `ampfuse fuzz [--seed S] [--count N]`: the differential fuzzer (engine/differential.h) over
+// `ampfuse fuzz [--seed S] [--count N]`: the differential fuzzer (fuzz/differential.h) over
 // any number of random graphs; prints the seed, the graph and the first mismatch of each
 // failure. CI runs seeds 1-2000 through ctest (tests/fusion_fuzz_test.cpp).
-#include "engine/differential.h"
+#include "fuzz/differential.h"
 #include "tools/commands.h"
 
 #include <fmt/format.h>
@@ -26,7 +26,7 @@ int run_fuzz(const FuzzOptions& o) {
   uint64_t failures = 0;
   int64_t kernels = 0, nodes = 0;
   for (uint64_t seed = o.seed; seed < o.seed + o.count; ++seed) {
-    const engine::DifferentialResult r = engine::check_random_graph(seed, opts);
+    const fuzz::DifferentialResult r = fuzz::check_random_graph(seed, opts);
     kernels += r.kernels;
     nodes += r.fused_nodes;
     if (!r.ok) {

@@ -2,9 +2,9 @@
 // seeded random values for everything --inputs leaves unbound: converted for AMP when --amp
 // says so, planned into fused kernels and compiled (or op by op with --no-fuse, or on the
 // reference interpreter with --interpreter), timed against the f32 graph run unfused.
-#include "engine/amp_pipeline.h"
-#include "engine/device_executor.h"
-#include "engine/executor.h"
+#include "engine/passes/amp_pipeline.h"
+#include "engine/execution/device_executor.h"
+#include "engine/execution/executor.h"
 #include "ir/error.h"
 #include "runtime/device_api.h"
 #include "runtime/interpreter.h"
@@ -164,7 +164,7 @@ PlanSummary summarize_plan(const engine::Executable& exe, double cold_ms, double
   return p;
 }
 
-// --device: null for the CPU, else the device the plan runs on (engine/device_executor.h).
+// --device: null for the CPU, else the device the plan runs on (engine/execution/device_executor.h).
 std::unique_ptr<runtime::DeviceApi> open_device(const std::string& name) {
   if (name == "cpu") return nullptr;
   if (name == "cuda-emulated") return std::make_unique<runtime::EmulatedDevice>();

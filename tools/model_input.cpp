@@ -1,6 +1,6 @@
 #include "tools/model_input.h"
 
-#include "engine/default_model.h"
+#include "models/default_model.h"
 
 #include "ir/error.h"
 #include "ir/mxnet_json.h"
@@ -148,7 +148,7 @@ ir::Graph default_model(const std::map<std::string, ir::Shape>& shapes, const ru
       fail("--shape data={}: the default model takes data of shape N,3,32,32", fmt::join(shape, ","));
     batch = shape[0];
   }
-  ir::Graph g = engine::build_default_model(batch);
+  ir::Graph g = models::build_default_model(batch);
   for (const auto& [name, _] : given)
     if (!g.find_var(name)) fail("--inputs {}: the default model has no variable '{}' (its input: data)", name, name);
   return g;

@@ -1,7 +1,7 @@
 #include "engine/passes/amp_convert.h"
 
-#include "engine/graph_rebuilder.h"
-#include "engine/typed_graph.h"
+#include "engine/passes/graph_rebuilder.h"
+#include "engine/passes/typed_graph.h"
 #include "ir/error.h"
 #include "ir/op_registry.h"
 #include "ir/type_inference.h"

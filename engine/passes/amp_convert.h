@@ -1,7 +1,7 @@
 // amp_convert: inserts the casts that run a graph in mixed precision (MXNet's ReducePrecision).
 #pragma once
 
-#include "engine/amp_options.h"
+#include "engine/passes/amp_options.h"
 #include "ir/graph.h"
 
 namespace ampfuse::engine {

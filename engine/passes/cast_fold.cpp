@@ -1,9 +1,9 @@
 #include "engine/passes/cast_fold.h"
 
-#include "engine/amp_options.h"
-#include "engine/graph_rebuilder.h"
-#include "engine/remove_unused.h"
-#include "engine/typed_graph.h"
+#include "engine/passes/amp_options.h"
+#include "engine/passes/graph_rebuilder.h"
+#include "engine/passes/remove_unused.h"
+#include "engine/passes/typed_graph.h"
 #include "ir/op_registry.h"
 
 #include <algorithm>

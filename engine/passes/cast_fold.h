@@ -15,7 +15,7 @@ namespace ampfuse::engine {
 //  - two casts of one value to one type become one (the first);
 //  - casts nothing reads any more are deleted.
 // Apart from the AMP pairs, what the interpreter computes is unchanged (NaN payloads
-// aside, which DESIGN.md leaves open). Returns the number of cast nodes removed.
+// aside, which docs/design.md leaves open). Returns the number of cast nodes removed.
 int cast_fold(ir::Graph& g);
 
 }  // namespace ampfuse::engine

@@ -1,6 +1,6 @@
 #include "engine/passes/compute_in_f32.h"
 
-#include "engine/graph_rebuilder.h"
+#include "engine/passes/graph_rebuilder.h"
 #include "ir/op_registry.h"
 
 #include <fmt/format.h>

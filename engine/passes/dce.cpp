@@ -1,6 +1,6 @@
 #include "engine/passes/dce.h"
 
-#include "engine/graph_rebuilder.h"
+#include "engine/passes/graph_rebuilder.h"
 
 #include <algorithm>
 #include <vector>

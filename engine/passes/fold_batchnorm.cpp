@@ -1,6 +1,6 @@
 #include "engine/passes/fold_batchnorm.h"
 
-#include "engine/graph_rebuilder.h"
+#include "engine/passes/graph_rebuilder.h"
 #include "ir/op_registry.h"
 #include "ir/ops/nn_params.h"
 #include "ir/type_inference.h"

@@ -1,8 +1,8 @@
 #include "engine/passes/layout_optimize.h"
 
-#include "engine/graph_rebuilder.h"
-#include "engine/remove_unused.h"
-#include "engine/typed_graph.h"
+#include "engine/passes/graph_rebuilder.h"
+#include "engine/passes/remove_unused.h"
+#include "engine/passes/typed_graph.h"
 #include "ir/error.h"
 #include "ir/op_registry.h"
 

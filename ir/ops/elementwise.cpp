@@ -1,8 +1,8 @@
 // Elementwise ops: attribute schemas, type inference, AMP classes and the scalar recipe that
-// is each op's one definition of its math (DESIGN.md, "Semantics").
+// is each op's one definition of its math (docs/design.md, "Semantics").
 //
 // AMP classes (fp16 / bf16), from MXNet's symbol_fp16.py and symbol_bf16.py lists
-// (../shared/MXNET_AMP_FACTS.md). MXNet's bf16 list marks most neutral ops fp32 only because
+// (docs/mxnet_amp_facts.md). MXNet's bf16 list marks most neutral ops fp32 only because
 // its CPU kernels lacked bf16; ampfuse has kernels for every dtype, so bf16 uses the fp16
 // classes except where the numerics differ (marked *).
 //   neutral   relu sigmoid tanh softsign erf clip abs sign sqrt negative floor ceil trunc fix

@@ -1,0 +1,22 @@
+#include "engine/passes/pipeline.h"
+
+#include "ir/dump.h"
+#include "ir/error.h"
+#include "ir/text_format.h"
+#include "ir/verifier.h"
+
+#include <cstdio>
+
+namespace ampfuse::engine {
+
+void run_pipeline(ir::Graph& g, const std::vector<PassStep>& steps) {
+  const bool dump = dump_enabled("ir");
+  if (dump) fmt::print(stderr, "// ----- input -----\n{}", ir::print_graph(g));
+  for (const PassStep& step : steps) {
+    with_context(fmt::format("pass '{}'", step.name), [&] { step.run(g); });
+    with_context(fmt::format("after pass '{}'", step.name), [&] { ir::verify(g); });
+    if (dump) fmt::print(stderr, "// ----- after {} -----\n{}", step.name, ir::print_graph(g));
+  }
+}
+
+}  // namespace ampfuse::engine

@@ -1,0 +1,137 @@
+#include "engine/planning/graph_dot.h"
+
+#include "ir/error.h"
+
+#include <fmt/format.h>
+
+#include <variant>
+
+namespace ampfuse::engine {
+
+namespace {
+
+// A dot string literal: quotes and backslashes escaped, newlines as dot's centred "\n".
+std::string quoted(const std::string& s) {
+  std::string r = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') r += '\\', r += c;
+    else if (c == '\n') r += "\\n";
+    else if (static_cast<unsigned char>(c) >= 0x20) r += c;
+  }
+  return r + "\"";
+}
+
+std::string node_id(int32_t n) { return fmt::format("n{}", n); }
+
+std::string value_label(const ir::TensorType& t) {
+  return fmt::format("{} {}", ir::dtype_name(t.dtype), ir::shape_str(t.shape));
+}
+
+std::string fill_of(const ir::Node& n) {
+  return n.outputs.empty() ? "#ffffff" : dtype_fill_colour(n.outputs[0].dtype);
+}
+
+// The line that declares node n: label "name\nop" (variables: "name\nshape").
+std::string node_line(const ir::Graph& g, int32_t n, const std::string& shape, const std::string& style,
+                      const std::string& indent) {
+  const ir::Node& node = g.nodes[n];
+  const std::string detail =
+      !node.is_var() ? node.op : node.outputs.empty() ? "(untyped)" : ir::shape_str(node.outputs[0].shape);
+  const std::string label = fmt::format("{}\n{}", node.name, detail);
+  return fmt::format("{}{} [label={}, shape={}, style={}, fillcolor=\"{}\"];\n", indent, node_id(n), quoted(label),
+                     shape, quoted(style), fill_of(node));
+}
+
+}  // namespace
+
+std::string dtype_fill_colour(ir::DType t) {
+  switch (t) {
+    case ir::DType::f32: return "#9ecae1";   // blue
+    case ir::DType::bf16: return "#fdae6b";  // orange
+    case ir::DType::f16: return "#a1d99b";   // green
+    case ir::DType::f64: return "#bcbddc";   // purple
+    case ir::DType::boolean: return "#fa9fb5";  // pink
+    case ir::DType::i8:
+    case ir::DType::u8:
+    case ir::DType::i32:
+    case ir::DType::i64: return "#d9d9d9";  // grey
+  }
+  return "#ffffff";
+}
+
+std::string graph_to_dot(const ir::Graph& g, const Plan& plan) {
+  int kernels = 0, externals = 0, views = 0;
+  for (const PlanStep& s : plan.steps) {
+    kernels += std::holds_alternative<FusedKernel>(s);
+    externals += std::holds_alternative<ExternalStep>(s);
+    views += std::holds_alternative<ViewStep>(s);
+  }
+  std::string out = "digraph ampfuse {\n";
+  out += fmt::format("  label={};\n  labelloc=t;\n", quoted(fmt::format("{} nodes: {} fused kernels, {} external ops, {} views",
+                                                                     g.nodes.size(), kernels, externals, views)));
+  out += "  rankdir=TB;\n  fontname=\"Helvetica\";\n";
+  out += "  node [fontname=\"Helvetica\", fontsize=10];\n  edge [fontname=\"Helvetica\", fontsize=8];\n";
+
+  // Legend: one swatch per dtype family, chained so that Graphviz keeps them in a row.
+  out += "  subgraph cluster_legend {\n    label=\"output dtype\";\n    style=\"rounded\";\n";
+  const std::pair<const char*, ir::DType> legend[] = {{"f32", ir::DType::f32}, {"bf16", ir::DType::bf16},
+                                                      {"f16", ir::DType::f16}, {"f64", ir::DType::f64},
+                                                      {"int", ir::DType::i32}, {"bool", ir::DType::boolean}};
+  for (const auto& [name, t] : legend)
+    out += fmt::format("    legend_{} [label=\"{}\", shape=box, style=\"filled\", fillcolor=\"{}\"];\n", name, name,
+                       dtype_fill_colour(t));
+  out += "    legend_f32 -> legend_bf16 -> legend_f16 -> legend_f64 -> legend_int -> legend_bool [style=invis];\n";
+  out += "  }\n";
+
+  std::vector<bool> drawn(g.nodes.size(), false);
+  // Variables.
+  for (size_t n = 0; n < g.nodes.size(); ++n) {
+    const ir::Node& node = g.nodes[n];
+    if (!node.is_var()) continue;
+    const bool input = node.role == ir::VarRole::input;
+    out += node_line(g, static_cast<int32_t>(n), "ellipse", input ? "filled" : "filled,dotted", "  ");
+    drawn[n] = true;
+  }
+  // Steps: kernels as clusters, external ops and views on their own.
+  int k = 0;
+  for (const PlanStep& s : plan.steps) {
+    if (const auto* kernel = std::get_if<FusedKernel>(&s)) {
+      out += fmt::format("  subgraph cluster_{} {{\n    label={};\n    style=\"rounded,filled\";\n    fillcolor=\"#f5f5f5\";\n",
+                         k, quoted(fmt::format("kernel {}: {} ops, {} bytes", k, kernel->nodes.size(), kernel_bytes(g, *kernel))));
+      for (int32_t n : kernel->nodes) {
+        out += node_line(g, n, "box", "rounded,filled", "    ");
+        drawn[n] = true;
+      }
+      out += "  }\n";
+      ++k;
+    } else if (const auto* e = std::get_if<ExternalStep>(&s)) {
+      out += node_line(g, e->node, "box", "filled,bold", "  ");
+      drawn[e->node] = true;
+    } else if (const auto* v = std::get_if<ViewStep>(&s)) {
+      out += node_line(g, v->node, "box", "filled,dashed", "  ");
+      drawn[v->node] = true;
+    }
+  }
+  // Anything the plan left out (it should not) still appears, so no edge dangles.
+  for (size_t n = 0; n < g.nodes.size(); ++n)
+    if (!drawn[n]) out += node_line(g, static_cast<int32_t>(n), "box", "filled,diagonals", "  ");
+
+  // Edges, labelled with the value's type.
+  for (size_t n = 0; n < g.nodes.size(); ++n)
+    for (const ir::ValueRef& in : g.nodes[n].inputs) {
+      const ir::Node& src = g.nodes.at(in.node);
+      const std::string label = static_cast<size_t>(in.index) < src.outputs.size() ? value_label(src.outputs[in.index]) : "?";
+      out += fmt::format("  {} -> {} [label={}];\n", node_id(in.node), node_id(static_cast<int32_t>(n)), quoted(label));
+    }
+  for (size_t o = 0; o < g.outputs.size(); ++o) {
+    const ir::ValueRef v = g.outputs[o];
+    const ir::Node& src = g.nodes.at(v.node);
+    const std::string label = static_cast<size_t>(v.index) < src.outputs.size() ? value_label(src.outputs[v.index]) : "?";
+    out += fmt::format("  out{} [label={}, shape=plaintext];\n", o, quoted(fmt::format("output {}", o)));
+    out += fmt::format("  {} -> out{} [label={}];\n", node_id(v.node), o, quoted(label));
+  }
+  out += "}\n";
+  return out;
+}
+
+}  // namespace ampfuse::engine

@@ -1,0 +1,145 @@
+#include "fuzz/differential.h"
+
+#include "codegen/kernel_spec.h"
+#include "fuzz/random_graph.h"
+#include "ir/error.h"
+#include "ir/lowp.h"
+#include "ir/text_format.h"
+#include "runtime/random.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+namespace ampfuse::fuzz {
+
+namespace {
+
+using runtime::Tensor;
+
+// Values that break careless kernels, planted into random inputs.
+constexpr double kSpecial[] = {std::numeric_limits<double>::quiet_NaN(), INFINITY, -INFINITY, 0.0, -0.0,
+                               65504.0, 65520.0, 1e5, -3e38, 1e-40, 1e-8, -6e-8, 3.0e-39, 1.0, -1.0};
+
+void plant_special_values(runtime::Bindings& vars, uint64_t seed) {
+  runtime::SplitMix64 rng(seed ^ 0x5bd1e995u);
+  for (auto& [name, t] : vars) {
+    if (!ir::is_float(t.dtype()) || t.size() == 0 || rng.next() % 3 == 0) continue;
+    const int64_t count = 1 + static_cast<int64_t>(rng.next() % static_cast<uint64_t>(std::max<int64_t>(1, t.size() / 16)));
+    for (int64_t k = 0; k < count; ++k) {
+      const int64_t i = static_cast<int64_t>(rng.next() % static_cast<uint64_t>(t.size()));
+      t.set_f64(i, kSpecial[rng.next() % std::size(kSpecial)]);
+    }
+  }
+}
+
+// Bits of element i as an integer ordered like the values (for ULP distances).
+int64_t ordered_bits(const Tensor& t, int64_t i) {
+  int64_t bits = 0;
+  int64_t sign_bit = 0;
+  switch (t.dtype()) {
+    case ir::DType::f16:
+    case ir::DType::bf16: bits = t.data<uint16_t>()[i]; sign_bit = 1 << 15; break;
+    case ir::DType::f32: {
+      uint32_t u;
+      std::memcpy(&u, t.data<float>() + i, 4);
+      bits = u, sign_bit = int64_t{1} << 31;
+      break;
+    }
+    case ir::DType::f64: {
+      uint64_t u;
+      std::memcpy(&u, t.data<double>() + i, 8);
+      // Keep the top 62 bits: enough to order f64 values within int64 arithmetic.
+      bits = static_cast<int64_t>(u >> 2), sign_bit = int64_t{1} << 61;
+      break;
+    }
+    default: return static_cast<int64_t>(t.get_f64(i));
+  }
+  return (bits & sign_bit) ? -(bits & (sign_bit - 1)) : bits;
+}
+
+}  // namespace
+
+double coarsest_epsilon(const ir::Graph& g) {
+  double eps = 0x1p-52;
+  for (const ir::Node& n : g.nodes)
+    for (const ir::TensorType& t : n.outputs) {
+      if (t.dtype == ir::DType::bf16) eps = std::max(eps, 0x1p-7);
+      if (t.dtype == ir::DType::f16) eps = std::max(eps, 0x1p-10);
+      if (t.dtype == ir::DType::f32) eps = std::max(eps, 0x1p-23);
+    }
+  return eps;
+}
+
+bool same_element(const Tensor& a, const Tensor& b, int64_t i, int ulps, double epsilon, bool free_zero_sign) {
+  const double x = a.get_f64(i), y = b.get_f64(i);
+  if (std::isnan(x) || std::isnan(y)) return std::isnan(x) && std::isnan(y);
+  if (x == 0 && y == 0) return free_zero_sign || std::signbit(x) == std::signbit(y);
+  if (ulps == 0 || !ir::is_float(a.dtype())) return x == y;
+  if (std::isinf(x) || std::isinf(y)) return x == y;
+  if (std::llabs(ordered_bits(a, i) - ordered_bits(b, i)) <= ulps) return true;
+  return std::fabs(x - y) <= ulps * epsilon * std::max(std::fabs(x), std::fabs(y));
+}
+
+bool holds_min_max(const std::vector<const codegen::KernelSpec*>& specs) {
+  for (const codegen::KernelSpec* spec : specs)
+    for (const ir::ScalarInstr& s : spec->body.instrs)
+      if (s.op == ir::ScalarOp::max || s.op == ir::ScalarOp::min) return true;
+  return false;
+}
+
+runtime::Bindings differential_inputs(const ir::Graph& g, uint64_t seed) {
+  runtime::Bindings vars = runtime::random_bindings(g, seed);
+  plant_special_values(vars, seed);
+  return vars;
+}
+
+DifferentialResult compare_fused_with_interpreter(const ir::Graph& g, uint64_t seed, int ulps,
+                                                  const engine::ExecutorOptions& opts) {
+  DifferentialResult r;
+  const runtime::Bindings vars = differential_inputs(g, seed);
+  const std::vector<Tensor> want = runtime::interpret(g, vars);
+  const engine::Executable exe = engine::Executable::compile(g, opts);
+  r.kernels = exe.compile_stats().kernels;
+  r.fused_nodes = exe.compile_stats().fused_nodes;
+  if (!exe.compile_stats().fallbacks.empty()) {
+    r.ok = false;
+    r.message = "a kernel fell back to the interpreter: " + exe.compile_stats().fallbacks[0];
+    return r;
+  }
+  const std::vector<Tensor> got = exe.run(vars);
+  const bool free_zero_sign = holds_min_max(exe.kernel_specs());
+  const double epsilon = coarsest_epsilon(g);
+  for (size_t k = 0; k < want.size(); ++k) {
+    if (got[k].type() != want[k].type()) {
+      r.ok = false;
+      r.message = fmt::format("output {} ({}) is {}, the interpreter gives {}", k, g.output_name(k),
+                              ir::type_str(got[k].type()), ir::type_str(want[k].type()));
+      return r;
+    }
+    for (int64_t i = 0; i < want[k].size(); ++i) {
+      if (same_element(want[k], got[k], i, ulps, epsilon, free_zero_sign)) continue;
+      r.ok = false;
+      r.message = fmt::format("output {} ({}, {}) element {}: fused {} ({:#x}), interpreter {} ({:#x})", k,
+                              g.output_name(k), ir::type_str(want[k].type()), i, got[k].get_f64(i),
+                              ordered_bits(got[k], i), want[k].get_f64(i), ordered_bits(want[k], i));
+      return r;
+    }
+  }
+  return r;
+}
+
+DifferentialResult check_random_graph(uint64_t seed, const engine::ExecutorOptions& opts) {
+  try {
+    const RandomGraph rg = random_fusable_graph(seed);
+    DifferentialResult r = compare_fused_with_interpreter(rg.graph, seed, rg.transcendental ? kTranscendentalUlps : 0, opts);
+    if (!r.ok) r.message = fmt::format("seed {}: {}\n{}", seed, r.message, ir::print_graph(rg.graph));
+    return r;
+  } catch (const std::exception& e) {
+    return {false, fmt::format("seed {}: {}", seed, e.what()), 0, 0};
+  }
+}
+
+}  // namespace ampfuse::fuzz

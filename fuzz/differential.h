@@ -1,0 +1,59 @@
+// The differential check: a graph run fused equals the reference interpreter.
+//
+// Inputs are seeded random values with NaN, +-Inf, +-0, subnormals and values beyond the
+// f16 range planted in them. Outputs must match bit for bit (NaNs of any payload count as
+// equal; +0 and -0 as equal only where the kernel holds max/min, whose zero sign is free,
+// see ir/scalar_program.h), except in graphs with a transcendental op, which must match
+// within kTranscendentalUlps units in the last place of the output dtype, or as many steps
+// of the coarsest float type in the graph, relative to the value (a transcendental result
+// rounded to bf16 and then widened to f16 differs by a bf16 step).
+#pragma once
+
+#include "engine/execution/executor.h"
+#include "ir/graph.h"
+#include "runtime/interpreter.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace ampfuse::fuzz {
+
+// The bound for graphs with one transcendental op: the largest bound of
+// codegen/vector_math.h (tanh, 3 ulp in f32) plus one rounding of each op after it.
+inline constexpr int kTranscendentalUlps = 6;
+
+struct DifferentialResult {
+  bool ok = true;
+  std::string message;  // the first mismatch: output, element index, both values
+  int kernels = 0;
+  int fused_nodes = 0;
+};
+
+// The fuzzer's inputs for `g`: random_bindings(g, seed) with NaN, +-Inf, +-0, subnormals
+// and values beyond f16 planted in float variables.
+runtime::Bindings differential_inputs(const ir::Graph& g, uint64_t seed);
+
+// Whether element i of `want` and `got` (same type) agree: NaN equals NaN; zeros must have
+// the same sign unless `free_zero_sign`; with ulps > 0, floats may differ by `ulps` steps of
+// their dtype or by ulps * epsilon relative to the value; otherwise they must be equal.
+bool same_element(const runtime::Tensor& want, const runtime::Tensor& got, int64_t i, int ulps, double epsilon,
+                  bool free_zero_sign);
+
+// The epsilon of the coarsest float type any node of `g` produces: a transcendental result
+// rounded through bf16 and widened again differs by a bf16 step.
+double coarsest_epsilon(const ir::Graph& g);
+
+// Whether one of these kernels holds max or min (whose zero sign is free).
+bool holds_min_max(const std::vector<const codegen::KernelSpec*>& specs);
+
+// Runs `g` (types inferred) on the interpreter and fused (Executable with `opts`) on the
+// same inputs (seeded by `seed`) and compares, exactly or within `ulps` when ulps > 0.
+DifferentialResult compare_fused_with_interpreter(const ir::Graph& g, uint64_t seed, int ulps,
+                                                  const engine::ExecutorOptions& opts = {});
+
+// random_fusable_graph(seed) through compare_fused_with_interpreter. Never throws: an
+// error while building, compiling or running is a failure whose message names the seed.
+DifferentialResult check_random_graph(uint64_t seed, const engine::ExecutorOptions& opts = {});
+
+}  // namespace ampfuse::fuzz
