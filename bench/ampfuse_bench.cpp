@@ -6,7 +6,7 @@
 // inputs once, its outputs once); memcpy moves the same number of bytes, half read and
 // half written, so "fused / memcpy" is the fraction of copy bandwidth a kernel reaches.
 #include "codegen/kernel_abi.h"
-#include "engine/passes/amp_pipeline.h"
+#include "engine/lower.h"
 #include "engine/execution/executor.h"
 #include "ir/mxnet_json.h"
 #include "codegen/kernel_spec.h"

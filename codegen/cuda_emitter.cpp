@@ -2,7 +2,7 @@
 // loop shapes (flat with 128-bit packs, strided) and the __global__ entry point.
 #include "codegen/cuda_emitter.h"
 
-#include "codegen/dump.h"
+#include "ir/dump.h"
 #include "ir/error.h"
 
 #include <fmt/format.h>
@@ -444,7 +444,7 @@ std::string emit_cuda_kernel(const KernelSignature& sig, const std::string& name
 
 std::string emit_cuda_source(const KernelSignature& sig, const std::string& name) {
   std::string src = cuda_prelude() + "\n" + emit_cuda_kernel(sig, name);
-  if (dump_requested("code")) std::fprintf(stderr, "// CUDA kernel %s\n%s\n", name.c_str(), src.c_str());
+  if (dump_enabled("code")) std::fprintf(stderr, "// CUDA kernel %s\n%s\n", name.c_str(), src.c_str());
   return src;
 }
 

@@ -1,6 +1,6 @@
 #include "codegen/llvm_emitter.h"
 
-#include "codegen/dump.h"
+#include "ir/dump.h"
 #include "codegen/kernel_emitter.h"
 #include "codegen/llvm_target.h"
 
@@ -48,10 +48,10 @@ LlvmModule build_kernel_module(const KernelSpec& spec, const std::string& symbol
   LlvmModule m = emit_kernel_module(signature(spec), symbol);
   optimize_for_host(m);
   mark_streaming_stores(*m.module);
-  if (dump_requested("code"))
+  if (dump_enabled("code"))
     std::fprintf(stderr, "=== kernel %s\n%s=== LLVM IR (optimized)\n%s", symbol.c_str(), print_kernel_spec(spec).c_str(),
                  ir_text(m).c_str());
-  if (dump_requested("asm"))
+  if (dump_enabled("asm"))
     std::fprintf(stderr, "=== %s assembly (%s)\n%s", symbol.c_str(), host_target().cpu.c_str(),
                  host_assembly(m).c_str());
   return m;

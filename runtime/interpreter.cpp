@@ -9,6 +9,8 @@
 
 #include <fmt/format.h>
 
+#include <cstring>
+
 namespace ampfuse::runtime {
 
 namespace {
@@ -75,6 +77,29 @@ std::vector<Tensor> run_node(const ir::Node& n, const std::vector<Tensor>& input
   const ir::OpDef& def = ir::OpRegistry::global().get(n.op);
   if (n.outputs.empty()) fail("output types are not inferred (run type inference first)");
   return def.has_recipe(n.attrs) ? run_recipe(def, n, inputs) : run_kernel(n, inputs);
+}
+
+void run_node_into(const ir::Node& n, std::span<const Tensor> inputs, std::span<Tensor> outputs) {
+  if (outputs.size() != n.outputs.size())
+    fail("{} outputs given for {}", outputs.size(), n.outputs.size());
+  const ir::OpDef& def = ir::OpRegistry::global().get(n.op);
+  std::vector<Tensor> results;
+  if (def.has_recipe(n.attrs)) {
+    results = run_recipe(def, n, std::vector<Tensor>(inputs.begin(), inputs.end()));
+  } else {
+    const ReferenceKernel* kernel = find_reference_kernel(n.op);
+    if (!kernel) fail("op '{}' has no reference kernel", n.op);
+    results.assign(outputs.begin(), outputs.end());
+    (*kernel)(n, inputs, results);
+  }
+  // Whatever did not land in the given buffers (a recipe's fresh tensors, a kernel's view
+  // of an input) is copied there.
+  for (size_t k = 0; k < outputs.size(); ++k) {
+    if (results[k].type() != n.outputs[k])
+      fail("the reference kernel produced {} for output {} but {} was inferred", ir::type_str(results[k].type()), k,
+           ir::type_str(n.outputs[k]));
+    if (results[k].raw() != outputs[k].raw()) std::memcpy(outputs[k].raw(), results[k].raw(), outputs[k].bytes());
+  }
 }
 
 const Tensor& bound_variable(const ir::Node& n, const Bindings& vars) {

@@ -11,6 +11,7 @@
 #include "runtime/tensor.h"
 
 #include <map>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,10 @@ const Tensor& bound_variable(const ir::Node& n, const Bindings& vars);
 // the reference kernel otherwise. What interpret() does per node; the executor's fallback
 // for external ops. A result may share its buffer with an input (a view).
 std::vector<Tensor> run_node(const ir::Node& n, const std::vector<Tensor>& inputs);
+
+// run_node writing into `outputs`, allocated with the node's types (what executors give
+// an op they run on the interpreter: the buffers they planned for its outputs).
+void run_node_into(const ir::Node& n, std::span<const Tensor> inputs, std::span<Tensor> outputs);
 
 // Evaluates a scalar program elementwise. `inputs[i]` has `out_shape` or broadcasts to it
 // (numpy rules, right-aligned; size-1 extents broadcast). Outputs are allocated with

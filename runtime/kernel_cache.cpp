@@ -44,7 +44,7 @@ KernelCache& KernelCache::global() {
   return *cache;
 }
 
-std::shared_ptr<const CompiledKernel> KernelCache::get(const codegen::KernelSpec& spec) {
+std::shared_ptr<const CompiledKernel> KernelCache::get(const codegen::KernelSpec& spec, bool* compiled_now) {
   std::string key = spec.cache_key();  // validates
   std::shared_ptr<Entry> entry;
   bool first = false;
@@ -71,6 +71,7 @@ std::shared_ptr<const CompiledKernel> KernelCache::get(const codegen::KernelSpec
         stats_.compile_seconds += kernel->compile_seconds;
       } else {
         ++stats_.failures;
+        entries_.erase(key);  // the next request compiles again; waiters still see this error
       }
     }
     {
@@ -80,6 +81,7 @@ std::shared_ptr<const CompiledKernel> KernelCache::get(const codegen::KernelSpec
       entry->ready = true;
     }
     entry->ready_cv.notify_all();
+    if (compiled_now) *compiled_now = kernel != nullptr;
   }
   std::unique_lock lock(entry->mutex);
   entry->ready_cv.wait(lock, [&] { return entry->ready; });

@@ -41,10 +41,11 @@ class KernelCache {
 
   static KernelCache& global();
 
-  // The kernel for spec's signature, compiled on first request. Throws ampfuse::Error for
-  // an invalid spec or when compilation fails (every later request for that key throws
-  // the same error without recompiling; callers fall back to the interpreter).
-  std::shared_ptr<const CompiledKernel> get(const codegen::KernelSpec& spec);
+  // The kernel for spec's signature, compiled on first request (then *compiled_now is
+  // set). Throws ampfuse::Error for an invalid spec or when compilation fails; requests
+  // waiting for that compile get the same error, and a later request tries again (a
+  // failure may be passing: out of memory, a full disk).
+  std::shared_ptr<const CompiledKernel> get(const codegen::KernelSpec& spec, bool* compiled_now = nullptr);
 
   KernelCacheStats stats() const;
 

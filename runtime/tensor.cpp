@@ -3,6 +3,7 @@
 #include "ir/error.h"
 #include "ir/lowp.h"
 
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -13,7 +14,10 @@ namespace ampfuse::runtime {
 
 namespace {
 
+std::atomic<int64_t> g_allocations{0};
+
 std::shared_ptr<std::byte[]> allocate(size_t bytes) {
+  g_allocations.fetch_add(1, std::memory_order_relaxed);
   // 64-byte aligned so vector kernels can use aligned loads; at least one byte so that an
   // empty tensor still has storage.
   const size_t rounded = ((bytes + 63) / 64) * 64 + 64;
@@ -41,6 +45,33 @@ Tensor::Tensor(TensorType type) : type_(std::move(type)) {
     fail("tensor {} is too large to allocate", ir::type_str(type_));
   data_ = allocate(bytes);
   capacity_ = bytes;
+}
+
+int64_t tensor_buffer_allocations() { return g_allocations.load(std::memory_order_relaxed); }
+
+Tensor Tensor::unbound(TensorType type) {
+  Tensor t;
+  t.type_ = std::move(type);
+  t.size_ = ir::num_elements(t.type_.shape);
+  return t;
+}
+
+Tensor Tensor::view_of(TensorType type, const std::shared_ptr<std::byte[]>& owner, std::byte* data, size_t capacity) {
+  Tensor t;
+  t.type_ = std::move(type);
+  t.size_ = ir::num_elements(t.type_.shape);
+  if (t.bytes() > capacity)
+    fail("internal: {} needs {} bytes, more than the {} it is given", ir::type_str(t.type_), t.bytes(), capacity);
+  t.data_ = std::shared_ptr<std::byte[]>(owner, data);
+  t.capacity_ = capacity;
+  return t;
+}
+
+void Tensor::share_storage(const Tensor& other) {
+  if (bytes() > other.capacity_)
+    fail("internal: {} does not fit in a buffer of {} bytes", ir::type_str(type_), other.capacity_);
+  data_ = other.data_;
+  capacity_ = other.capacity_;
 }
 
 Tensor Tensor::zeros(TensorType type) {

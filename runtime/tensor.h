@@ -23,6 +23,12 @@ class Tensor {
   // Uninitialized storage of the given type; throws ampfuse::Error if too large.
   explicit Tensor(TensorType type);
   static Tensor zeros(TensorType type);
+  // The `capacity` bytes at `data`, inside a buffer that `owner` keeps alive, seen as a
+  // tensor of `type` (throws unless it fits): how executors hand out parts of one arena
+  // without allocating. Copies of the result keep `owner` alive.
+  // A tensor of `type` with no storage yet: share_storage() binds it.
+  static Tensor unbound(TensorType type);
+  static Tensor view_of(TensorType type, const std::shared_ptr<std::byte[]>& owner, std::byte* data, size_t capacity);
 
   const TensorType& type() const { return type_; }
   DType dtype() const { return type_.dtype; }
@@ -47,6 +53,10 @@ class Tensor {
   // Same buffer seen as another type that fits in it (throws otherwise): how the executor
   // reuses a dead value's buffer for a new one.
   Tensor reinterpreted(TensorType t) const;
+  // This tensor's type over `other`'s buffer (which must hold it): rebinding a tensor
+  // object without allocating. release_storage() drops the buffer, keeping the type.
+  void share_storage(const Tensor& other);
+  void release_storage() { data_.reset(), capacity_ = 0; }
   // No other Tensor shares this buffer.
   bool sole_owner() const { return data_.use_count() == 1; }
   // Bytes the buffer holds (at least bytes()).
@@ -58,6 +68,10 @@ class Tensor {
   size_t capacity_ = 0;
   std::shared_ptr<std::byte[]> data_;
 };
+
+// Buffers allocated for tensors so far in this process (Tensor(type), zeros, clone...; not
+// view_of). Tests use it to show that a run allocates nothing.
+int64_t tensor_buffer_allocations();
 
 // Converts every element to `to` with the round_to rules (the interpreter's Cast).
 Tensor cast(const Tensor& t, DType to);

@@ -1,6 +1,6 @@
 // amp_options and amp_convert: op classes per target, overrides, and MXNet's AMP cases.
 #include "engine/passes/amp_options.h"
-#include "engine/passes/amp_pipeline.h"
+#include "engine/lower.h"
 #include "engine/passes/amp_convert.h"
 #include "ir/builder.h"
 #include "ir/op_registry.h"

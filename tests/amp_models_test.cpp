@@ -1,5 +1,5 @@
 // AMP on the real MXNet graphs of models/: conversion, numerics, JSON round trip.
-#include "engine/passes/amp_pipeline.h"
+#include "engine/lower.h"
 #include "ir/mxnet_json.h"
 #include "ir/text_format.h"
 #include "runtime/interpreter.h"

@@ -1,16 +1,24 @@
-// The executor (engine/execution/executor.h): plans run fused, equal to the interpreter, with kernels
-// cached across sizes, buffers reused, the non-finite flag, views and fallbacks.
+// The executor (engine/execution/executor.h) on the CPU: plans run fused, equal to the
+// interpreter, with kernels cached across sizes; the static memory plan (slots reused, kernels
+// in place, no allocation after the first run, output buffers handed back and reused); runs
+// from several threads at once; the non-finite flag, views, constant params, fallbacks and
+// strict mode.
 #include "fuzz/differential.h"
 #include "engine/execution/executor.h"
 #include "ir/builder.h"
 #include "ir/text_format.h"
 #include "ir/type_inference.h"
+#include "runtime/device_api.h"
 #include "runtime/kernel_cache.h"
 #include "tests/test_util.h"
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
 
 namespace ampfuse::engine {
 namespace {
@@ -96,10 +104,11 @@ TEST(Executor, UnfusedRunsOneKernelPerOpAndReusesBuffers) {
   const Executable exe = Executable::compile(g, opts);
   EXPECT_EQ(exe.compile_stats().kernels, 12);
   const runtime::Bindings vars = runtime::random_bindings(g, 1);
-  RunStats rs;
-  expect_same(runtime::interpret(g, vars), exe.run(vars, &rs));
-  // Twelve values, but a chain needs at most two live buffers at a time (plus the output).
-  EXPECT_LE(rs.peak_bytes, 3 * 4096 * 4 + 3 * 128);
+  expect_same(runtime::interpret(g, vars), exe.run(vars));
+  // Eleven intermediates (the last value is the output), each kernel writing over its input.
+  EXPECT_EQ(exe.compile_stats().intermediate_bytes, 11 * 4096 * 4);
+  EXPECT_EQ(exe.compile_stats().arena_bytes, 4096 * 4);
+  EXPECT_EQ(exe.compile_stats().in_place, 10);
   EXPECT_EQ(Executable::compile(g).compile_stats().kernels, 1);
 }
 
@@ -171,16 +180,41 @@ TEST(Executor, ViewsAliasAndGraphOutputsSurvive) {
   expect_same(runtime::interpret(g, vars), Executable::compile(g).run(vars));
 }
 
-TEST(Executor, KernelsTooDeepForCodegenFallBackAndSayWhy) {
+// A kernel without code is an error in strict mode (AMPFUSE_STRICT=1, as every test runs),
+// else it runs on the interpreter after one warning naming the node and the reason.
+TEST(Executor, KernelsTooDeepForCodegenFailInStrictModeOrFallBackAndSayWhy) {
   ir::GraphBuilder b;
   const ValueRef x = b.input("x", {DType::f32, {2, 1, 2, 1, 2, 1, 2, 1, 3}});
-  b.output(b.op("_mul_scalar", {x}, {{"scalar", "2"}}));
+  b.output(b.op("_mul_scalar", {b.op("negative", {x})}, {{"scalar", "2"}}));
   const ir::Graph g = b.finish();
-  const Executable exe = Executable::compile(g);
+  ExecutorOptions opts;
+  opts.strict = true;
+  EXPECT_ERROR(Executable::compile(g, opts), "kernel k0__mul_scalar (node '_mul_scalar0' (_mul_scalar)): ");
+  opts.strict = false;
+  ::testing::internal::CaptureStderr();
+  const Executable exe = Executable::compile(g, opts);
+  const std::string warning = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(warning.find("ampfuse: warning: kernel k0__mul_scalar (node '_mul_scalar0' (_mul_scalar)): "), std::string::npos)
+      << warning;
+  EXPECT_NE(warning.find("its 2 nodes run on the reference interpreter"), std::string::npos) << warning;
   ASSERT_EQ(exe.compile_stats().fallbacks.size(), 1u);
   EXPECT_NE(exe.compile_stats().fallbacks[0].find("rank 9"), std::string::npos) << exe.compile_stats().fallbacks[0];
   const runtime::Bindings vars = runtime::random_bindings(g, 2);
   expect_same(runtime::interpret(g, vars), exe.run(vars));
+}
+
+TEST(Executor, StrictModeComesFromTheEnvironment) {
+  const char* before = std::getenv("AMPFUSE_STRICT");
+  const std::string saved = before ? before : "";
+  setenv("AMPFUSE_STRICT", "1", 1);
+  EXPECT_TRUE(strict_from_environment());
+  setenv("AMPFUSE_STRICT", "0", 1);
+  EXPECT_FALSE(strict_from_environment());
+  setenv("AMPFUSE_STRICT", "yes", 1);
+  EXPECT_ERROR(strict_from_environment(), "AMPFUSE_STRICT='yes': expected 1");
+  unsetenv("AMPFUSE_STRICT");
+  EXPECT_FALSE(strict_from_environment());
+  if (before) setenv("AMPFUSE_STRICT", saved.c_str(), 1);
 }
 
 TEST(Executor, BadBindingsNameTheVariable) {
@@ -262,6 +296,173 @@ TEST(Executor, ReorderedConvolutionWeightsFollowRebinding) {
     expect_near(runtime::interpret(g, vars), exe.run(vars), 1e-5);
     vars["w"] = runtime::random_bindings(g, seed).at("w");
   }
+}
+
+}  // namespace
+}  // namespace ampfuse::engine
+
+namespace ampfuse::engine {
+namespace {
+
+// A model-shaped graph: elementwise chains between external ops, a view, two outputs.
+ir::Graph small_network() {
+  ir::Graph g = ir::parse_graph(R"(graph {
+    %x = var input : f32[8,64]
+    %w1 = var param : f32[32,64]
+    %w2 = var param : f32[16,32]
+    %h = FullyConnected(%x, %w1) {num_hidden=32, no_bias=true}
+    %a = Activation(%h) {act_type="relu"}
+    %s = _mul_scalar(%a) {scalar=0.5}
+    %f = FullyConnected(%s, %w2) {num_hidden=16, no_bias=true}
+    %t = tanh(%f)
+    %r = Reshape(%t) {shape=[128]}
+    %o = _plus_scalar(%r) {scalar=1}
+    return %o, %s
+  })");
+  ir::infer_types(g);
+  return g;
+}
+
+// The memory plan is static: the first run allocates the arena (one device allocation,
+// pre-faulted) and the output buffers; a later run, once the caller let go of the
+// outputs, allocates nothing at all.
+TEST(ExecutorMemory, ASecondRunAllocatesNothing) {
+  const ir::Graph g = small_network();
+  runtime::CpuDevice device;
+  ExecutorOptions opts;
+  opts.device = &device;
+  const Executable exe = Executable::compile(g, opts);
+  const runtime::Bindings vars = runtime::random_bindings(g, 1);
+  RunStats rs;
+  std::vector<Tensor> first = exe.run(vars, &rs);
+  EXPECT_EQ(device.allocations(), 1) << "one arena";
+  EXPECT_EQ(rs.allocations, 3) << "the arena and two output buffers";
+  const std::vector<Tensor> want = runtime::interpret(g, vars);
+  expect_near(want, first, 1e-6);
+  first.clear();
+
+  const int64_t tensors_before = runtime::tensor_buffer_allocations();
+  std::vector<Tensor> second = exe.run(vars, &rs);
+  EXPECT_EQ(rs.allocations, 0);
+  EXPECT_EQ(device.allocations(), 1);
+  EXPECT_EQ(runtime::tensor_buffer_allocations(), tensors_before);
+  expect_near(want, second, 1e-6);
+
+  // Outputs the caller still holds are never overwritten: that run gets new buffers.
+  std::vector<Tensor> third = exe.run(vars, &rs);
+  EXPECT_EQ(rs.allocations, 2);
+  EXPECT_NE(third[0].raw(), second[0].raw());
+  expect_same(second, third);
+}
+
+// The arena holds less than all intermediates together: values that are never live at the
+// same time share bytes.
+TEST(ExecutorMemory, SlotsOfDeadValuesAreReused) {
+  const ir::Graph g = small_network();
+  const Executable exe = Executable::compile(g);
+  const CompileStats& st = exe.compile_stats();
+  EXPECT_GT(st.intermediate_bytes, 0);
+  EXPECT_LT(st.arena_bytes, st.intermediate_bytes);
+  const MemoryPlan& m = exe.memory_plan();
+  // Every slot lies inside the arena, and two values that are live at the same step never
+  // share a byte.
+  std::vector<const BufferValue*> slotted;
+  for (const BufferValue& b : m.buffers)
+    if (b.slot[0] >= 0 && b.bytes > 0) slotted.push_back(&b);
+  for (const BufferValue* a : slotted) {
+    EXPECT_LE(a->slot[0] + a->bytes, m.arena_bytes[0]);
+    for (const BufferValue* b : slotted) {
+      if (a == b || a->in_place_of >= 0 || b->in_place_of >= 0) continue;
+      const bool overlap_time = a->live[0].first <= b->live[0].second && b->live[0].first <= a->live[0].second;
+      const bool overlap_bytes = a->slot[0] < b->slot[0] + b->bytes && b->slot[0] < a->slot[0] + a->bytes;
+      EXPECT_FALSE(overlap_time && overlap_bytes);
+    }
+  }
+}
+
+// Only a dead input read element for element like the output, of the same element size,
+// is written over.
+TEST(ExecutorMemory, KernelsWriteInPlaceOnlyWhereEachElementIsReadFirst) {
+  ir::Graph g = ir::parse_graph(R"(graph {
+    %x = var input : f32[64,64]
+    %w = var param : f32[64,64]
+    %m = FullyConnected(%x, %w) {num_hidden=64, no_bias=true}
+    %t = transpose(%m) {axes=[1,0]}
+    %a = broadcast_add(%t, %m)
+    %c = amp_cast(%a) {dtype=bf16}
+    %n = FullyConnected(%c, %c) {num_hidden=64, no_bias=true}
+    %o = negative(%n)
+    %p = FullyConnected(%o, %o) {num_hidden=64, no_bias=true}
+    return %p
+  })");
+  ir::infer_types(g);
+  const Executable exe = Executable::compile(g);
+  const MemoryPlan& m = exe.memory_plan();
+  const auto in_place = [&](const char* name) {
+    for (size_t n = 0; n < exe.graph().nodes.size(); ++n)
+      if (exe.graph().nodes[n].name == name) return m.buffers[m.id({static_cast<int32_t>(n), 0})].in_place_of >= 0;
+    ADD_FAILURE() << name;
+    return false;
+  };
+  EXPECT_FALSE(in_place("c")) << "m is read transposed too, and bf16 is narrower than f32";
+  EXPECT_TRUE(in_place("o")) << "n is dead after o and read element for element";
+  EXPECT_EQ(exe.compile_stats().in_place, 1);
+  const runtime::Bindings vars = runtime::random_bindings(g, 4);
+  expect_near(runtime::interpret(g, vars), exe.run(vars), 1e-2);
+}
+
+// run() from several threads at once: each run takes a context of its own; constants are
+// computed once for all of them.
+TEST(ExecutorThreads, RunsFromFourThreadsAtOnceGiveTheSameResults) {
+  const ir::Graph g = small_network();
+  ExecutorOptions opts;
+  opts.constant_params = true;
+  const Executable exe = Executable::compile(g, opts);
+  const runtime::Bindings vars = runtime::random_bindings(g, 5);
+  const std::vector<Tensor> want = Executable::compile(g).run(vars);
+  std::atomic<int> computed_constants{0}, mismatches{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&] {
+      for (int r = 0; r < 25; ++r) {
+        RunStats rs;
+        const std::vector<Tensor> got = exe.run(vars, &rs);
+        computed_constants += !rs.reused_constants;
+        for (size_t k = 0; k < got.size(); ++k)
+          if (std::memcmp(got[k].raw(), want[k].raw(), got[k].bytes()) != 0) ++mismatches;
+      }
+    });
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(mismatches.load(), 0);
+  EXPECT_EQ(computed_constants.load(), 1);
+}
+
+// Compile statistics are the compiling executable's own, also when other threads compile
+// into the same cache at the same time.
+TEST(ExecutorThreads, CompileStatisticsBelongToTheirExecutable) {
+  runtime::KernelCache cache;
+  ExecutorOptions opts;
+  opts.cache = &cache;
+  std::vector<std::thread> threads;
+  std::vector<int> compiled(4), hits(4), kernels(4);
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&, t] {
+      // Threads 0 and 1 compile the same graph, 2 and 3 each one of their own.
+      ir::GraphBuilder b;
+      ValueRef v = b.input("x", {DType::f32, {64}});
+      for (int k = 0; k <= std::max(t, 1); ++k) v = b.op(k % 2 ? "tanh" : "negative", {v});
+      b.output(v);
+      ExecutorOptions o = opts;
+      o.fuse = false;
+      const Executable exe = Executable::compile(b.finish(), o);
+      compiled[t] = exe.compile_stats().compilations;
+      hits[t] = exe.compile_stats().cache_hits;
+      kernels[t] = exe.compile_stats().kernels;
+    });
+  for (std::thread& t : threads) t.join();
+  for (int t = 0; t < 4; ++t) EXPECT_EQ(compiled[t] + hits[t], kernels[t]) << t;
+  EXPECT_EQ(compiled[0] + compiled[1] + compiled[2] + compiled[3], cache.stats().compilations);
+  EXPECT_EQ(cache.stats().compilations, 2) << "negative and tanh on f32[64], each compiled once";
 }
 
 }  // namespace

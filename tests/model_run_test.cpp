@@ -1,7 +1,7 @@
 // Every non-INT8 model of models/ runs end to end through the executor (fused
 // kernels, oneDNN and reference external ops) under --amp off, bf16 and fp16, and agrees
 // with the f32 reference interpreter within the tolerance stated per model.
-#include "engine/passes/amp_pipeline.h"
+#include "engine/lower.h"
 #include "engine/execution/executor.h"
 #include "ir/mxnet_json.h"
 

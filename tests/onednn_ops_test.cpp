@@ -1,7 +1,7 @@
 // oneDNN external ops against the reference kernels (the semantic definition), f32, bf16 and
 // f16, channels-first and channels-last; refusals; the primitive cache; and the external ops
 // of real models (the embedded default, cifar_resnet20) in f32 and after bf16 AMP.
-#include "engine/passes/amp_pipeline.h"
+#include "engine/lower.h"
 #include "models/default_model.h"
 #include "ir/builder.h"
 #include "ir/mxnet_json.h"

@@ -1,6 +1,6 @@
 // `ampfuse convert MODEL.json --amp bf16|fp16 -o OUT.json`: the AMP passes over a model,
 // written back as MXNet symbol JSON (amp_cast / amp_multicast spelled as MXNet 1.9 loads them).
-#include "engine/passes/amp_pipeline.h"
+#include "engine/lower.h"
 #include "ir/error.h"
 #include "ir/mxnet_json.h"
 #include "tools/amp_args.h"

@@ -1,11 +1,12 @@
 // `ampfuse dot [MODEL.json] -o FILE.dot|FILE.svg`: a Graphviz picture of the fusion plan
 // (engine/planning/graph_dot.h), after AMP conversion when --amp says so. An .svg goes through
 // Graphviz's `dot` program.
-#include "engine/passes/amp_pipeline.h"
+#include "engine/lower.h"
 #include "engine/planning/fusion_plan.h"
 #include "engine/planning/graph_dot.h"
 #include "ir/error.h"
-#include "tools/amp_args.h"
+#include "runtime/device_api.h"
+#include "tools/plan_args.h"
 #include "tools/commands.h"
 #include "tools/model_input.h"
 
@@ -27,8 +28,7 @@ namespace {
 struct DotOptions {
   std::string model;
   std::vector<std::string> shapes;
-  AmpArgs amp;
-  bool no_fuse = false;
+  PlanArgs plan;
   std::string output;
 };
 
@@ -98,24 +98,29 @@ int run_dot(const DotOptions& o) {
   const std::string ext = std::filesystem::path(o.output).extension().string();
   if (ext != ".dot" && ext != ".svg")
     fail("-o {}: unknown extension '{}' (use .dot for Graphviz text or .svg for a picture)", o.output, ext);
-  const std::optional<engine::AmpOptions> amp = o.amp.options();
+  const engine::ExecutorOptions eo = o.plan.executor_options();
   const std::map<std::string, ir::Shape> shapes = parse_shape_args(o.shapes);
-  ir::Graph g = load_model(o.model, shapes);
-  if (amp) g = engine::convert_for_amp(std::move(g), *amp);
-  engine::PlannerOptions po;
-  po.fuse = !o.no_fuse;
-  const engine::Plan plan = engine::plan_fusion(g, po);
-  const std::string text = engine::graph_to_dot(g, plan);
+  // The plan `run` runs: the same passes and planner options, for the CPU.
+  const engine::Lowered lowered = engine::lower(load_model(o.model, shapes), engine::lower_options(eo, runtime::cpu_device()));
+  const engine::Plan& plan = lowered.plan;
+  const std::string text = engine::graph_to_dot(lowered.graph, plan);
   if (ext == ".dot")
     write_text(o.output, text);
   else
     write_svg(o.output, text);
-  int kernels = 0, external = 0;
+  // Steps that read the weights alone run once (ExecutorOptions::constant_params).
+  const std::vector<bool> constant = ir::computed_from_params(lowered.graph);
+  int kernels = 0, once = 0, external = 0;
   for (const engine::PlanStep& s : plan.steps) {
-    kernels += std::holds_alternative<engine::FusedKernel>(s);
+    if (std::holds_alternative<engine::FusedKernel>(s)) {
+      ++kernels;
+      const std::vector<ir::ValueRef> reads = engine::step_reads(lowered.graph, s);
+      once += std::all_of(reads.begin(), reads.end(), [&](ir::ValueRef v) { return constant[v.node]; });
+    }
     external += std::holds_alternative<engine::ExternalStep>(s);
   }
-  fmt::print("wrote {}: {} fused kernels, {} external ops\n", o.output, kernels, external);
+  fmt::print("wrote {}: {} fused kernels ({} of them computed from the weights alone, once), {} external ops\n",
+             o.output, kernels, once, external);
   return 0;
 }
 
@@ -131,12 +136,13 @@ Command add_dot_command(CLI::App& parent) {
   cmd->add_option("--shape", o->shapes, "Shape of an input, NAME=D0,D1,... (repeatable)")
       ->allow_extra_args(false)
       ->type_name("NAME=D0,D1,...");
-  add_amp_args(*cmd, o->amp, "Convert for automatic mixed precision first (default off)", true);
-  cmd->add_flag("--no-fuse", o->no_fuse, "Plan op by op: one kernel per elementwise op");
+  add_plan_args(*cmd, o->plan);
   cmd->add_option("-o,--output", o->output, "FILE.dot (Graphviz text) or FILE.svg (drawn by Graphviz's 'dot')")
       ->required()
       ->type_name("FILE.dot|FILE.svg");
-  cmd->footer("Clusters are fused kernels (\"kernel K: N ops, B bytes\"); bold boxes run alone (oneDNN or the\n"
+  cmd->footer("The plan is the one `ampfuse run` runs on the CPU with the same options (BatchNorms folded,\n"
+              "casts around ops oneDNN computes in f32).\n"
+              "Clusters are fused kernels (\"kernel K: N ops, B bytes\"); bold boxes run alone (oneDNN or the\n"
               "reference), dashed boxes are views, ellipses variables; edges carry dtype and shape.");
   return {cmd, [o] { return run_dot(*o); }};
 }

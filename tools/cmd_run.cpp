@@ -2,14 +2,13 @@
 // seeded random values for everything --inputs leaves unbound: converted for AMP when --amp
 // says so, planned into fused kernels and compiled (or op by op with --no-fuse, or on the
 // reference interpreter with --interpreter), timed against the f32 graph run unfused.
-#include "engine/passes/amp_pipeline.h"
-#include "engine/execution/device_executor.h"
+#include "engine/lower.h"
 #include "engine/execution/executor.h"
 #include "ir/error.h"
 #include "runtime/device_api.h"
 #include "runtime/interpreter.h"
 #include "runtime/npy.h"
-#include "tools/amp_args.h"
+#include "tools/plan_args.h"
 #include "tools/commands.h"
 #include "tools/model_input.h"
 #include "tools/report.h"
@@ -32,11 +31,9 @@ struct RunOptions {
   std::string save_dir;
   uint64_t seed = 0;
   bool json = false;
-  AmpArgs amp;
-  bool no_fuse = false;
+  PlanArgs plan;
   bool interpreter = false;
   bool no_baseline = false;
-  bool no_fold_bn = false;
   int repeat = 5;
   std::string device = "cpu";
 };
@@ -84,33 +81,12 @@ std::pair<double, std::vector<runtime::Tensor>> timed_runs(int repeat, Fn&& run)
   std::vector<double> times;
   std::vector<runtime::Tensor> outputs;
   for (int k = 0; k < repeat; ++k) {
+    outputs.clear();  // lets the executable reuse its output buffers
     const auto t0 = std::chrono::steady_clock::now();
     outputs = run();
     times.push_back(ms_since(t0));
   }
   return {median(times), std::move(outputs)};
-}
-
-// Compiles twice: the executable, the cold compile's milliseconds and the second's (its
-// kernels from the cache).
-template <class Compile>
-auto compiled_twice(Compile compile) {
-  auto t0 = std::chrono::steady_clock::now();
-  auto exe = compile();
-  const double cold_ms = ms_since(t0);
-  t0 = std::chrono::steady_clock::now();
-  compile();
-  return std::tuple{std::move(exe), cold_ms, ms_since(t0)};
-}
-
-// One untimed first run (what depends on the weights alone is computed then), then r.runs
-// timed ones; fills r's times and `outputs`.
-template <class Run>
-void first_and_timed_runs(Run run, RunReport& r, std::vector<runtime::Tensor>& outputs) {
-  const auto t0 = std::chrono::steady_clock::now();
-  run();
-  r.first_run_ms = ms_since(t0);
-  std::tie(r.run_ms, outputs) = timed_runs(r.runs, run);
 }
 
 // Bindings for the converted graph: a weight stored in low precision offline
@@ -126,45 +102,7 @@ runtime::Bindings bindings_for(const ir::Graph& g, const runtime::Bindings& f32_
   return vars;
 }
 
-int count_shared_casts(const ir::Graph& g) {
-  const std::map<ir::ValueRef, int> uses = ir::use_counts(g);
-  int shared = 0;
-  for (int32_t i = 0; i < static_cast<int32_t>(g.nodes.size()); ++i) {
-    const std::string& op = g.nodes[i].op;
-    if ((op == "amp_cast" || op == "Cast") && uses.count({i, 0}) && uses.at({i, 0}) > 1) ++shared;
-  }
-  return shared;
-}
-
-// What the CPU and device executors' compile stats have in common.
-template <class Stats>
-PlanSummary summarize_plan(const Stats& cs, const engine::Plan& plan, double cold_ms, double cached_ms, bool fused) {
-  PlanSummary p;
-  p.fused = fused;
-  p.kernels = cs.kernels;
-  p.fused_nodes = cs.fused_nodes;
-  p.external_ops = cs.external_ops;
-  p.views = cs.views;
-  for (const engine::PlanStep& step : plan.steps)
-    if (const auto* k = std::get_if<engine::FusedKernel>(&step)) ++p.ops_per_kernel[static_cast<int>(k->nodes.size())];
-  p.compilations = cs.compilations;
-  p.compile_cold_ms = cold_ms;
-  p.compile_cached_ms = cached_ms;
-  p.fallbacks = cs.fallbacks;
-  return p;
-}
-
-PlanSummary summarize_plan(const engine::Executable& exe, double cold_ms, double cached_ms, bool fused) {
-  const engine::CompileStats& cs = exe.compile_stats();
-  PlanSummary p = summarize_plan(cs, exe.plan(), cold_ms, cached_ms, fused);
-  p.widened_external = cs.widened_external;
-  p.constant_steps = cs.constant_steps;
-  p.folded_batchnorms = cs.folded_batchnorms;
-  p.slow_external = cs.slow_external;
-  return p;
-}
-
-// --device: null for the CPU, else the device the plan runs on (engine/execution/device_executor.h).
+// The CPU (null) or the device --device names.
 std::unique_ptr<runtime::DeviceApi> open_device(const std::string& name) {
   if (name == "cpu") return nullptr;
   if (name == "cuda-emulated") return std::make_unique<runtime::EmulatedDevice>();
@@ -172,40 +110,48 @@ std::unique_ptr<runtime::DeviceApi> open_device(const std::string& name) {
   return with_context("--device cuda", [] { return runtime::cuda_device_api(); });
 }
 
-// Compiles and runs the graph on `device` as run_model does on the CPU (latency includes
-// uploading the variables and downloading the outputs); fills r's plan and times and
-// `outputs`, and returns what only a device run reports.
-nlohmann::json run_on_device(runtime::DeviceApi& device, const ir::Graph& g, const runtime::Bindings& vars, bool fuse,
-                             RunReport& r, std::vector<runtime::Tensor>& outputs) {
-  engine::DeviceExecutorOptions eo;
-  eo.fuse = fuse;
-  eo.device = &device;
-  const auto [exe, cold_ms, cached_ms] = compiled_twice([&] { return engine::DeviceExecutable::compile(g, eo); });
-  const engine::DeviceCompileStats& cs = exe.compile_stats();
-  r.plan = summarize_plan(cs, exe.plan(), cold_ms, cached_ms, fuse);
-  engine::DeviceRunStats rs;
-  first_and_timed_runs([&] { return exe.run(vars, &rs); }, r, outputs);
-  return {{"name", cs.device},          {"device_kernels", cs.device_kernels}, {"host_ops", cs.external_ops},
-          {"onednn_ops", cs.onednn_ops}, {"host_round_trips", cs.host_round_trips},
-          {"uploads", rs.uploads},       {"upload_bytes", rs.upload_bytes},    {"downloads", rs.downloads},
-          {"download_bytes", rs.download_bytes}, {"device_bytes", rs.device_bytes}};
-}
-
-void print_device_report(const nlohmann::json& d) {
-  fmt::print("device:  {}: {} kernels on the device; {} ops on the host ({} through oneDNN), {} host round trips\n",
-             d["name"].get<std::string>(), d["device_kernels"].get<int>(), d["host_ops"].get<int>(),
-             d["onednn_ops"].get<int>(), d["host_round_trips"].get<int>());
-  fmt::print("         a run uploads {} tensors ({:.2f} MB), downloads {} ({:.2f} MB), holds {:.2f} MB of device memory\n",
-             d["uploads"].get<int>(), d["upload_bytes"].get<int64_t>() / 1e6, d["downloads"].get<int>(),
-             d["download_bytes"].get<int64_t>() / 1e6, d["device_bytes"].get<int64_t>() / 1e6);
+PlanSummary summarize_plan(const engine::Executable& exe, bool fused, double cold_ms, double cached_ms) {
+  const engine::CompileStats& cs = exe.compile_stats();
+  PlanSummary p;
+  p.fused = fused;
+  p.device = cs.device;
+  const std::vector<bool>& once = exe.constant_steps();
+  for (size_t s = 0; s < exe.plan().steps.size(); ++s) {
+    const engine::PlanStep& step = exe.plan().steps[s];
+    if (once[s]) continue;
+    if (const auto* k = std::get_if<engine::FusedKernel>(&step)) {
+      ++p.kernels;
+      p.fused_nodes += static_cast<int>(k->nodes.size());
+      ++p.ops_per_kernel[static_cast<int>(k->nodes.size())];
+    } else if (std::holds_alternative<engine::ExternalStep>(step)) {
+      ++p.external_ops;
+    } else {
+      ++p.views;
+    }
+  }
+  p.constant_steps = cs.constant_steps;
+  p.widened_external = cs.widened_external;
+  p.folded_batchnorms = cs.folded_batchnorms;
+  p.compilations = cs.compilations;
+  p.compile_cold_ms = cold_ms;
+  p.compile_cached_ms = cached_ms;
+  p.arena_bytes = cs.arena_bytes;
+  p.intermediate_bytes = cs.intermediate_bytes;
+  p.in_place = cs.in_place;
+  p.onednn_ops = cs.onednn_ops;
+  p.host_round_trips = cs.host_round_trips;
+  p.fallbacks = cs.fallbacks;
+  p.slow_external = cs.slow_external;
+  return p;
 }
 
 int run_model(const RunOptions& o) {
   if (o.repeat < 1) fail("--repeat {}: must be at least 1", o.repeat);
   const std::unique_ptr<runtime::DeviceApi> device = open_device(o.device);
   if (device && o.interpreter) fail("--interpreter runs on the CPU: leave out --device {}", o.device);
-  if (o.interpreter && o.no_fuse) fail("--interpreter and --no-fuse: choose one");
-  const std::optional<engine::AmpOptions> amp = o.amp.options();
+  if (o.interpreter && o.plan.no_fuse) fail("--interpreter and --no-fuse: choose one");
+  engine::ExecutorOptions eo = o.plan.executor_options();
+  const std::optional<engine::AmpOptions>& amp = eo.amp;
   const std::map<std::string, ir::Shape> shapes = parse_shape_args(o.shapes);
   runtime::Bindings given;
   for (const auto& [name, path] : parse_input_args(o.inputs))
@@ -218,33 +164,42 @@ int run_model(const RunOptions& o) {
   r.model = summarize_model(g, o.model.empty() ? kDefaultModelName : o.model);
   r.seed = o.seed;
   r.runs = o.repeat;
-  r.engine = o.interpreter ? "interpreter" : o.no_fuse ? "unfused" : "fused";
-
-  ir::Graph run_graph = g;
-  if (amp) {
-    engine::AmpStats st;
-    run_graph = engine::convert_for_amp(g, *amp, &st);
-    r.amp = AmpSummary{o.amp.amp,     st.casts_inserted, st.casts_removed, st.casts_final, count_shared_casts(run_graph),
-                       st.params_offline, st.lp16_nodes,  st.fp32_nodes};
-  }
-  const runtime::Bindings run_vars = bindings_for(run_graph, vars);
+  r.engine = o.interpreter ? "interpreter" : o.plan.no_fuse ? "unfused" : "fused";
 
   std::vector<runtime::Tensor> outputs;
-  nlohmann::json device_report;
+  ir::Graph run_graph = g;
+  std::optional<engine::AmpStats> amp_stats;
   if (o.interpreter) {
+    if (amp) {
+      engine::AmpStats st;
+      run_graph = engine::convert_for_amp(g, *amp, &st);
+      amp_stats = st;
+    }
+    const runtime::Bindings run_vars = bindings_for(run_graph, vars);
     std::tie(r.run_ms, outputs) = timed_runs(o.repeat, [&] { return runtime::interpret(run_graph, run_vars); });
-  } else if (device) {
-    device_report = run_on_device(*device, run_graph, run_vars, !o.no_fuse, r, outputs);
   } else {
-    engine::ExecutorOptions eo;
-    eo.fuse = !o.no_fuse;
     eo.progress = !o.json;
-    eo.constant_params = true;  // the weights stay bound: derived forms are computed once
-    eo.fold_batchnorm = !o.no_fuse && !o.no_fold_bn;
-    const auto [exe, cold_ms, cached_ms] = compiled_twice([&] { return engine::Executable::compile(run_graph, eo); });
-    r.plan = summarize_plan(exe, cold_ms, cached_ms, eo.fuse);
-    first_and_timed_runs([&] { return exe.run(run_vars); }, r, outputs);
+    eo.device = device.get();
+    auto t0 = std::chrono::steady_clock::now();
+    const engine::Executable exe = engine::Executable::compile(g, eo);
+    const double cold_ms = ms_since(t0);
+    t0 = std::chrono::steady_clock::now();
+    engine::Executable::compile(g, eo);
+    const double cached_ms = ms_since(t0);
+    r.plan = summarize_plan(exe, eo.fuse, cold_ms, cached_ms);
+    amp_stats = exe.compile_stats().amp;
+    run_graph = exe.graph();
+    const runtime::Bindings run_vars = bindings_for(run_graph, vars);
+    engine::RunStats rs;
+    t0 = std::chrono::steady_clock::now();
+    exe.run(run_vars);  // also computes what depends on the weights alone
+    r.first_run_ms = ms_since(t0);
+    std::tie(r.run_ms, outputs) = timed_runs(o.repeat, [&] { return exe.run(run_vars, &rs); });
+    r.transfers = TransferSummary{rs.uploads, rs.downloads, rs.upload_bytes, rs.download_bytes};
   }
+  if (amp_stats)
+    r.amp = AmpSummary{o.plan.amp.amp,          amp_stats->casts_inserted, amp_stats->casts_removed, amp_stats->casts_final,
+                       amp_stats->casts_shared, amp_stats->params_offline, amp_stats->lp16_nodes, amp_stats->fp32_nodes};
 
   if (!o.no_baseline) {
     engine::ExecutorOptions eo;
@@ -274,14 +229,10 @@ int run_model(const RunOptions& o) {
   for (size_t k = 0; k < outputs.size(); ++k) r.outputs.push_back(summarize_tensor(run_graph.output_name(k), outputs[k]));
   if (!o.save_dir.empty()) r.saved_files = save_outputs(o.save_dir, run_graph, outputs);
 
-  if (o.json) {
-    nlohmann::json j = to_json(r);
-    if (device) j["device"] = device_report;
-    fmt::print("{}\n", j.dump(2));
-  } else {
+  if (o.json)
+    fmt::print("{}\n", to_json(r).dump(2));
+  else
     fmt::print("{}", to_text(r));
-    if (device) print_device_report(device_report);
-  }
   return 0;
 }
 
@@ -307,29 +258,26 @@ Command add_run_command(CLI::App& parent) {
                   "Write each output to DIR/<output name>.npy (bf16 as float32), creating DIR")
       ->type_name("DIR");
   cmd->add_option("--seed", o->seed, "Seed of the random values of unbound variables (default 0)")->type_name("N");
-  add_amp_args(*cmd, o->amp, "Convert for automatic mixed precision first (default off)", true);
-  cmd->add_flag("--no-fuse", o->no_fuse, "Run op by op: one compiled kernel per elementwise op");
+  add_plan_args(*cmd, o->plan);
   cmd->add_flag("--interpreter", o->interpreter, "Run on the reference interpreter instead of compiled kernels");
   cmd->add_option("--device", o->device,
                   "Where fused kernels run: cpu (default) or cuda (GPU 0; external ops stay on the CPU; fails "
                   "with the reason when there is no GPU); cuda-emulated runs the device path on the CPU")
       ->type_name("cpu|cuda|cuda-emulated");
   cmd->add_option("--repeat", o->repeat, "Timed runs; the report gives the median (default 5)")->type_name("N");
-  cmd->add_flag("--no-fold-bn", o->no_fold_bn,
-                "Keep each BatchNorm that follows a Convolution (fused runs fold it into the convolution's weights "
-                "and bias, computed once)");
   cmd->add_flag("--no-baseline", o->no_baseline,
                 "Skip the f32 unfused baseline run (no speed-up and no error in the report)");
   cmd->add_flag("--json", o->json,
                 "Print one JSON object {model, nodes, op_nodes, ops, engine, seed, runs, run_ms, first_run_ms, "
                 "baseline_f32_unfused_ms, max_abs_error, max_rel_error, amp: {target, casts_inserted, casts_removed, "
-                "casts_final, casts_reused, params_offline, lp16_nodes, fp32_nodes} or null, plan: {fused, kernels, "
-                "fused_ops, external_ops, views, widened_external, constant_steps, folded_batchnorms, ops_per_kernel, "
-                "compilations, "
-                "compile_cold_ms, compile_cached_ms, fallbacks, slow_external} or null, outputs: [{name, shape, dtype, "
-                "min, max, mean, nonfinite}], saved, and with --device cuda|cuda-emulated device: {name, "
-                "device_kernels, host_ops, onednn_ops, host_round_trips, uploads, upload_bytes, downloads, "
-                "download_bytes, device_bytes}}; min, max and mean are over finite elements");
+                "casts_final, casts_reused, params_offline, lp16_nodes, fp32_nodes} or null, plan: {fused, device, "
+                "kernels, fused_ops, external_ops, views, constant_steps, widened_external, folded_batchnorms, "
+                "ops_per_kernel, compilations, compile_cold_ms, compile_cached_ms, arena_bytes, intermediate_bytes, "
+                "in_place, onednn_ops, host_round_trips, fallbacks, slow_external} or null, transfers: {uploads, "
+                "upload_bytes, downloads, download_bytes} or null, outputs: [{name, shape, dtype, min, max, mean, "
+                "nonfinite}], saved}; kernels, fused_ops, external_ops and views count the steps of every run, "
+                "constant_steps those computed from the weights alone on the first run; min, max and mean are over "
+                "finite elements");
   cmd->footer("Variables without --inputs get seeded random values: inputs uniform in [-1, 1), weights\n"
               "scaled by 1/sqrt(fan-in), BatchNorm variances in [0.5, 1.5), token ids below the vocabulary\n"
               "of the Embedding that reads them. The same seed gives the same values on every platform.");

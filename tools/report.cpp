@@ -175,21 +175,36 @@ nlohmann::json to_json(const RunReport& r) {
     nlohmann::json per_kernel = nlohmann::json::object();
     for (const auto& [ops, count] : p.ops_per_kernel) per_kernel[std::to_string(ops)] = count;
     j["plan"] = {{"fused", p.fused},
+                 {"device", p.device},
                  {"kernels", p.kernels},
                  {"fused_ops", p.fused_nodes},
                  {"external_ops", p.external_ops},
                  {"views", p.views},
-                 {"widened_external", p.widened_external},
                  {"constant_steps", p.constant_steps},
+                 {"widened_external", p.widened_external},
                  {"folded_batchnorms", p.folded_batchnorms},
                  {"ops_per_kernel", per_kernel},
                  {"compilations", p.compilations},
                  {"compile_cold_ms", p.compile_cold_ms},
                  {"compile_cached_ms", p.compile_cached_ms},
+                 {"arena_bytes", p.arena_bytes},
+                 {"intermediate_bytes", p.intermediate_bytes},
+                 {"in_place", p.in_place},
+                 {"onednn_ops", p.onednn_ops},
+                 {"host_round_trips", p.host_round_trips},
                  {"fallbacks", p.fallbacks},
                  {"slow_external", p.slow_external}};
   } else {
     j["plan"] = nullptr;
+  }
+  if (r.transfers) {
+    const TransferSummary& t = *r.transfers;
+    j["transfers"] = {{"uploads", t.uploads},
+                      {"upload_bytes", t.upload_bytes},
+                      {"downloads", t.downloads},
+                      {"download_bytes", t.download_bytes}};
+  } else {
+    j["transfers"] = nullptr;
   }
   j["outputs"] = nlohmann::json::array();
   for (const TensorSummary& s : r.outputs) {
@@ -220,8 +235,13 @@ std::string to_text(const RunReport& r) {
     std::vector<std::string> sizes;
     for (auto it = p.ops_per_kernel.rbegin(); it != p.ops_per_kernel.rend(); ++it)
       sizes.push_back(fmt::format("{}x{}", it->second, it->first));
-    out += fmt::format("plan:    {} kernels holding {} ops (kernels x ops: {}), {} external ops, {} views{}\n", p.kernels,
-                       p.fused_nodes, fmt::join(sizes, " "), p.external_ops, p.views, p.fused ? "" : " (--no-fuse)");
+    out += fmt::format("plan:    {} on {}: {} kernels holding {} ops", p.fused ? "fused" : "unfused (--no-fuse)", p.device,
+                       p.kernels, p.fused_nodes);
+    if (!sizes.empty()) out += fmt::format(" (kernels x ops: {})", fmt::join(sizes, " "));
+    out += fmt::format(", {} external ops ({} through oneDNN), {} views\n", p.external_ops, p.onednn_ops, p.views);
+    if (p.constant_steps > 0)
+      out += fmt::format("         {} more steps compute from the weights alone, on the first run only\n",
+                         p.constant_steps);
     if (p.widened_external > 0)
       out += fmt::format("         {} external ops computed in f32 (no low-precision oneDNN kernel here), their casts "
                          "fused into the kernels around them\n",
@@ -229,13 +249,20 @@ std::string to_text(const RunReport& r) {
     if (p.folded_batchnorms > 0)
       out += fmt::format("         BatchNorms folded into the weights and bias of the convolution before each: {}\n",
                          p.folded_batchnorms);
-    if (p.constant_steps > 0)
-      out += fmt::format("         {} steps computed from the weights alone, on the first run only\n", p.constant_steps);
+    if (p.host_round_trips > 0)
+      out += fmt::format("         {} host steps wait for values computed on the device\n", p.host_round_trips);
+    out += fmt::format("memory:  {:.2f} MB arena for {:.2f} MB of intermediates", p.arena_bytes / 1e6,
+                       p.intermediate_bytes / 1e6);
+    if (p.in_place > 0) out += fmt::format(", {} kernel outputs written over a dead input", p.in_place);
+    out += "\n";
     out += fmt::format("compile: {:.1f} ms cold ({} kernels compiled), {:.2f} ms cached\n", p.compile_cold_ms,
                        p.compilations, p.compile_cached_ms);
     for (const std::string& f : p.fallbacks) out += fmt::format("WARNING: interpreter fallback: {}\n", f);
     for (const std::string& f : p.slow_external) out += fmt::format("WARNING: slow oneDNN implementation: {}\n", f);
   }
+  if (r.transfers && (r.transfers->uploads > 0 || r.transfers->downloads > 0))
+    out += fmt::format("copies:  a run uploads {} tensors ({:.2f} MB) and downloads {} ({:.2f} MB)\n", r.transfers->uploads,
+                       r.transfers->upload_bytes / 1e6, r.transfers->downloads, r.transfers->download_bytes / 1e6);
   out += fmt::format("seed:    {}\n", r.seed);
   out += fmt::format("latency: {:.3f} ms {} (median of {}", r.run_ms, r.engine, r.runs);
   if (r.first_run_ms) out += fmt::format(" after a first run of {:.3f} ms", *r.first_run_ms);

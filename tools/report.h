@@ -62,18 +62,32 @@ struct AmpSummary {
   int params_offline = 0, lp16_nodes = 0, fp32_nodes = 0;
 };
 
-// How the graph was planned and compiled (not for --interpreter).
+// How the graph was planned, compiled and laid out in memory (not for --interpreter).
 struct PlanSummary {
   bool fused = true;
+  std::string device;  // DeviceApi::name()
+  // Steps that run on every run; constant_steps (computed from the weights alone, on the
+  // first run only: widened or folded weights) are not among them.
   int kernels = 0, fused_nodes = 0, external_ops = 0, views = 0;
+  int constant_steps = 0;
   int widened_external = 0;  // external ops computed in f32 with casts fused around them
-  int constant_steps = 0;    // steps computed from the weights alone, on the first run only
   int folded_batchnorms = 0; // BatchNorms folded into the Convolution before them
-  std::map<int, int> ops_per_kernel;  // ops in a kernel -> how many kernels
+  std::map<int, int> ops_per_kernel;  // ops in a kernel -> how many kernels (of `kernels`)
   int compilations = 0;                // kernels compiled by the first (cold) compile
   double compile_cold_ms = 0;          // first compile
   double compile_cached_ms = 0;        // the same graph again: every kernel from the cache
+  int64_t arena_bytes = 0;             // the memory a run's intermediates live in
+  int64_t intermediate_bytes = 0;      // every intermediate's bytes added up (no reuse)
+  int in_place = 0;                    // kernels writing over a dead input
+  int onednn_ops = 0;                  // external ops through oneDNN (the rest: interpreter)
+  int host_round_trips = 0;            // on a GPU: host steps waiting for device values
   std::vector<std::string> fallbacks, slow_external;
+};
+
+// Copies between the host and a GPU during one run (all 0 on the CPU).
+struct TransferSummary {
+  int uploads = 0, downloads = 0;
+  int64_t upload_bytes = 0, download_bytes = 0;
 };
 
 struct RunReport {
@@ -89,6 +103,7 @@ struct RunReport {
   std::optional<double> baseline_ms;
   std::optional<AmpSummary> amp;
   std::optional<PlanSummary> plan;
+  std::optional<TransferSummary> transfers;  // the last timed run's (not for --interpreter)
   // Largest difference of any output element to the f32 baseline run: absolute, and
   // relative to the largest |value| of that output.
   std::optional<double> max_abs_error, max_rel_error;

@@ -264,15 +264,11 @@ Block::Plan& Block::plan(Trace& t, const std::vector<Tensor>& inputs) {
   for (ir::Node& n : g.nodes)
     if (n.is_var()) n.outputs = {var_types.at(n.name)};
   with_context(block_label(*this), [&] { ir::infer_types(g); });
-  std::optional<AmpStats> amp_stats;
-  if (t.amp) {
-    AmpStats s;
-    g = with_context(block_label(*this), [&] { return convert_for_amp(std::move(g), *t.amp, &s); });
-    amp_stats = std::move(s);
-  }
-  auto p = std::make_unique<Plan>(Plan{
-      with_context(block_label(*this), [&] { return Executable::compile(std::move(g), hopts_.exec); }),
-      std::move(amp_stats)});
+  ExecutorOptions exec = hopts_.exec;
+  exec.amp = t.amp;
+  Executable exe = with_context(block_label(*this), [&] { return Executable::compile(std::move(g), exec); });
+  std::optional<AmpStats> amp_stats = exe.compile_stats().amp;
+  auto p = std::make_unique<Plan>(Plan{std::move(exe), std::move(amp_stats)});
   ++stats_.plans;
   stats_.compilations += p->exe.compile_stats().compilations;
   stats_.kernel_cache_hits += p->exe.compile_stats().cache_hits;

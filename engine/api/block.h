@@ -21,7 +21,7 @@
 #pragma once
 
 #include "engine/passes/amp_options.h"
-#include "engine/passes/amp_pipeline.h"
+#include "engine/lower.h"
 #include "engine/execution/executor.h"
 #include "ir/graph.h"
 #include "runtime/tensor.h"

@@ -1,24 +1,20 @@
 #include "engine/execution/executor.h"
 
 #include "engine/planning/kernel_lowering.h"
-#include "engine/passes/compute_in_f32.h"
-#include "engine/passes/fold_batchnorm.h"
-#include "engine/passes/dce.h"
 #include "ir/dump.h"
 #include "ir/error.h"
-#include "ir/op_registry.h"
-#include "ir/verifier.h"
-#include "runtime/kernel_cache.h"
+#include "runtime/device_api.h"
 #include "runtime/onednn/onednn_ops.h"
-#include "runtime/thread_pool.h"
 
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <map>
-#include <set>
+#include <mutex>
 
 #include <unistd.h>
 
@@ -27,82 +23,150 @@ namespace ampfuse::engine {
 namespace {
 
 using ir::ValueRef;
+using runtime::DevicePtr;
 using runtime::Tensor;
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-// A fused kernel ready to run: its lowered spec and compiled code, or why it has none.
-struct PreparedKernel {
-  const FusedKernel* kernel = nullptr;
-  bool empty = false;  // no elements: the outputs are allocated, nothing runs
-  LoweredKernel lowered;
-  std::shared_ptr<const runtime::CompiledKernel> compiled;
-};
-
 std::string node_label(const ir::Graph& g, int32_t n) { return fmt::format("node '{}' ({})", g.nodes[n].name, g.nodes[n].op); }
 
-// Buffers of dead values, handed out again for new ones (best fit by capacity).
-class BufferPool {
- public:
-  Tensor acquire(const ir::TensorType& t) {
-    const size_t need = static_cast<size_t>(ir::num_elements(t.shape)) * ir::dtype_size(t.dtype);
-    auto best = free_.end();
-    for (auto it = free_.begin(); it != free_.end(); ++it)
-      if (it->capacity() >= need && (best == free_.end() || it->capacity() < best->capacity())) best = it;
-    if (best != free_.end()) {
-      Tensor buffer = *best;
-      free_.erase(best);
-      return buffer.reinterpreted(t);
-    }
-    Tensor fresh(t);
-    allocated_bytes_ += static_cast<int64_t>(fresh.capacity());
-    return fresh;
-  }
-  // Takes `t`'s buffer back when nothing else shares it.
-  void release(Tensor t) {
-    if (!t.empty_storage() && t.sole_owner()) free_.push_back(std::move(t));
-  }
-  int64_t allocated_bytes() const { return allocated_bytes_; }
+size_t space_index(Space s) { return static_cast<size_t>(s); }
 
- private:
-  std::vector<Tensor> free_;
-  int64_t allocated_bytes_ = 0;
+// A fused kernel step: its lowered spec and device code, or why it has none.
+struct KernelStep {
+  const FusedKernel* kernel = nullptr;
+  std::string name;
+  bool empty = false;  // no elements: nothing runs
+  LoweredKernel lowered;
+  std::shared_ptr<const runtime::DeviceKernel> code;  // null: node by node on the interpreter
+  size_t flag_offset = 0;                             // its flags' index in the flag array
 };
+
+// An external step: oneDNN's primitive, or null for the interpreter.
+struct ExternalStepInfo {
+  std::shared_ptr<const runtime::OnednnPrimitive> onednn;
+  bool constant_weights = false;  // input 1 is a constant: oneDNN's reorder of it is kept
+};
+
+// Where each value is during a run: a host tensor (arena part, output buffer, the caller's
+// variable, a constant) and its device address. On the CPU both name the same bytes.
+struct ValueTable {
+  std::vector<Tensor> host;    // per value id (views: the root's bytes under the view's type)
+  std::vector<DevicePtr> dev;  // per root value id
+};
+
+// Memory from a device seen as host memory (the CPU's arenas), freed by the device when the
+// last tensor viewing it is gone.
+std::shared_ptr<std::byte[]> host_memory(runtime::DeviceApi& device, size_t bytes) {
+  if (bytes == 0) return {};
+  const DevicePtr p = device.alloc(bytes);
+  return std::shared_ptr<std::byte[]>(reinterpret_cast<std::byte*>(p),
+                                      [&device](std::byte* q) { device.free(reinterpret_cast<DevicePtr>(q)); });
+}
+
+DevicePtr address_of(const Tensor& t) { return reinterpret_cast<DevicePtr>(t.raw()); }
 
 }  // namespace
 
+bool strict_from_environment() {
+  const char* env = std::getenv("AMPFUSE_STRICT");
+  if (!env || std::strcmp(env, "0") == 0 || *env == '\0') return false;
+  if (std::strcmp(env, "1") == 0) return true;
+  fail("AMPFUSE_STRICT='{}': expected 1 (a kernel that does not compile is an error) or 0", env);
+}
+
+LowerOptions lower_options(const ExecutorOptions& opts, const runtime::DeviceApi& device) {
+  LowerOptions lo;
+  lo.amp = opts.amp;
+  lo.fold_batchnorm = opts.fold_batchnorm;
+  lo.planner.fuse = opts.fuse;
+  if (opts.use_onednn && opts.compute_in_f32.value_or(device.host_addressable()))
+    lo.computes_in_f32 = [](const ir::Graph& g, int32_t n) {
+      std::vector<ir::TensorType> types;
+      for (ValueRef in : g.nodes[n].inputs) types.push_back(g.type(in));
+      return runtime::onednn_computes_in_f32(g.nodes[n], types);
+    };
+  return lo;
+}
+
+// ---- The compiled executable ----------------------------------------------------------------
+
 struct Executable::Impl {
+  // Declared first, destroyed last: run contexts and constants free their memory into it.
+  std::unique_ptr<runtime::DeviceApi> owned_device;
+  runtime::DeviceApi* device = nullptr;
+  bool two_spaces = false;
+
   ir::Graph graph;
   Plan plan;
   ExecutorOptions opts;
   CompileStats stats;
-  std::vector<PreparedKernel> kernels;   // one per FusedKernel step, in plan order
-  std::vector<int32_t> kernel_of_step;   // index into kernels, -1 for other steps
-  std::vector<std::vector<ValueRef>> dead_after;  // per step: values no later step reads
-  std::vector<bool> onednn_node;         // per graph node: runs through oneDNN
-  // constant_params: per graph node, whether it is a constant param or computed from those
-  // alone; per step, whether it only reads such values.
-  std::vector<bool> constant_node;
-  std::vector<bool> constant_step;
-  std::vector<int32_t> constant_vars;    // the constant param variables, in node order
+  MemoryPlan memory;
+  std::vector<KernelStep> kernels;            // one per FusedKernel step, in plan order
+  std::vector<ExternalStepInfo> externals;    // per step (meaningful for external steps)
+  std::vector<int32_t> kernel_of_step;        // index into kernels, -1 for other steps
+  std::vector<bool> constant_node, constant_step;
+  std::vector<int32_t> variable_nodes;
+  std::vector<int32_t> constant_vars;         // variable nodes whose values are constants
+  std::vector<int32_t> constant_values;       // value ids computed from constants (views too)
+  std::vector<int32_t> rebound_views;         // views of variables, constants and outputs
+  std::vector<std::vector<int32_t>> views_of;  // per root value id
+  size_t flag_count = 0;                      // int32 flags of every device kernel
 
-  // What runs keep between them (constant_params): the constant steps' outputs, the buffers
-  // they were computed from, and convolution weights reordered by oneDNN.
-  struct ConstantCache {
-    std::vector<Tensor> bound;              // per constant_vars entry; empty: nothing cached
-    std::map<ValueRef, Tensor> values;
-    std::map<int32_t, runtime::OnednnWeightCache> weights;  // by node
+  // Scratch a step needs: operand addresses per kernel, tensors for an external op.
+  struct Scratch {
+    std::vector<std::vector<DevicePtr>> launch;
+    std::vector<Tensor> external_in, external_out;
   };
-  mutable ConstantCache constants;
 
-  runtime::ThreadPool& pool() const { return opts.pool ? *opts.pool : runtime::ThreadPool::global(); }
+  // What a run needs of its own: arenas, the value table, output buffers.
+  struct RunContext {
+    std::shared_ptr<std::byte[]> host_arena;  // the CPU's one arena, or a GPU run's host arena
+    DevicePtr device_arena = 0;               // a GPU's arena (the flags at its end)
+    runtime::DeviceApi* device = nullptr;
+    DevicePtr flags = 0;
+    std::vector<int32_t> flag_values;
+    ValueTable values;
+    std::vector<Tensor> outputs;  // per output buffer
+    Scratch scratch;
+    ~RunContext() {
+      if (device_arena) device->free(device_arena);
+    }
+  };
+  mutable std::mutex contexts_mutex;
+  mutable std::vector<std::unique_ptr<RunContext>> idle_contexts;
 
-  void run_fused(const PreparedKernel& pk, std::map<ValueRef, Tensor>& values, BufferPool& buffers,
-                 RunStats& rs) const;
-  void run_external(int32_t n, std::map<ValueRef, Tensor>& values, BufferPool& buffers) const;
-  bool constants_still_bound(const std::map<ValueRef, Tensor>& values) const;
+  // Values computed from constant params, for one binding of them.
+  struct ConstantSet {
+    runtime::DeviceApi* device = nullptr;
+    std::vector<Tensor> bound;  // per constant_vars entry: the tensor they were computed from
+    ValueTable values;          // constant values only
+    std::vector<DevicePtr> device_buffers;
+    std::vector<std::unique_ptr<runtime::OnednnWeightCache>> weights;  // per step
+    bool nonfinite = false;     // a constant kernel saw NaN or +-Inf (check_nonfinite)
+    ~ConstantSet() {
+      for (DevicePtr p : device_buffers) device->free(p);
+    }
+  };
+  mutable std::mutex constants_mutex;
+  mutable std::shared_ptr<ConstantSet> constants;
+
+  ValueTable unbound_table() const;
+  std::unique_ptr<RunContext> make_context() const;
+  std::shared_ptr<ConstantSet> constants_for(const runtime::Bindings& vars, RunStats& rs) const;
+  void bind_per_run(RunContext& ctx, const runtime::Bindings& vars, const ConstantSet* cs, RunStats& rs) const;
+  void release_per_run(RunContext& ctx) const;
+
+  void execute(size_t s, ValueTable& t, Scratch& scratch, const ConstantSet* cs, DevicePtr flags, RunStats& rs) const;
+  void launch(const KernelStep& k, const ValueTable& t, std::vector<DevicePtr>& data, DevicePtr flags) const;
+  void run_on_interpreter(const KernelStep& k, ValueTable& t, RunStats& rs) const;
+  void run_external(size_t s, ValueTable& t, Scratch& scratch, const ConstantSet* cs) const;
+  void copy(const Transfer& tr, ValueTable& t, RunStats& rs) const;
+
+  int32_t id(ValueRef v) const { return memory.id(v); }
+  DevicePtr dev_of(const ValueTable& t, ValueRef v) const { return t.dev[memory.root_of(v)]; }
 };
 
 Executable::Executable(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -112,212 +176,541 @@ Executable::~Executable() = default;
 
 const ir::Graph& Executable::graph() const { return impl_->graph; }
 const Plan& Executable::plan() const { return impl_->plan; }
+const MemoryPlan& Executable::memory_plan() const { return impl_->memory; }
 const CompileStats& Executable::compile_stats() const { return impl_->stats; }
+const std::vector<bool>& Executable::constant_steps() const { return impl_->constant_step; }
+runtime::DeviceApi& Executable::device() const { return *impl_->device; }
 
 std::vector<const codegen::KernelSpec*> Executable::kernel_specs() const {
   std::vector<const codegen::KernelSpec*> specs;
-  for (const PreparedKernel& pk : impl_->kernels)
-    if (pk.compiled) specs.push_back(&pk.lowered.spec);
+  for (const KernelStep& k : impl_->kernels)
+    if (k.code) specs.push_back(&k.lowered.spec);
   return specs;
 }
 
+// ---- compile ---------------------------------------------------------------------------------
+
 Executable Executable::compile(ir::Graph g, const ExecutorOptions& opts) {
   const auto t0 = std::chrono::steady_clock::now();
-  ir::verify(g);
-  dce(g);  // nodes no output depends on never run
   auto impl = std::make_unique<Impl>();
-  CompileStats& st = impl->stats;
-  if (opts.fold_batchnorm) st.folded_batchnorms = fold_batchnorm(g);
-  if (opts.use_onednn)
-    st.widened_external = compute_in_f32(g, [](const ir::Graph& gr, int32_t n) {
-      std::vector<ir::TensorType> types;
-      for (ValueRef in : gr.nodes[n].inputs) types.push_back(gr.type(in));
-      return runtime::onednn_computes_in_f32(gr.nodes[n], types);
-    });
-  impl->graph = std::move(g);
-  impl->opts = opts;
-  const ir::Graph& graph = impl->graph;
-  impl->plan = plan_fusion(graph, PlannerOptions{.fuse = opts.fuse});
-  if (dump_enabled("plan")) std::fprintf(stderr, "=== plan\n%s", print_plan(graph, impl->plan).c_str());
+  Impl& im = *impl;
+  if (opts.device) {
+    im.device = opts.device;
+  } else if (opts.cache || opts.pool) {
+    im.owned_device = std::make_unique<runtime::CpuDevice>(opts.cache, opts.pool);
+    im.device = im.owned_device.get();
+  } else {
+    im.device = &runtime::cpu_device();
+  }
+  runtime::DeviceApi& device = *im.device;
+  im.two_spaces = !device.host_addressable();
+  im.opts = opts;
+  CompileStats& st = im.stats;
+  st.device = device.name();
 
-  runtime::KernelCache& cache = opts.cache ? *opts.cache : runtime::KernelCache::global();
-  impl->onednn_node.assign(graph.nodes.size(), false);
-  impl->kernels.reserve(impl->plan.steps.size());
-  const bool show_progress = opts.progress && isatty(STDERR_FILENO);
-  const auto total_kernels = std::count_if(impl->plan.steps.begin(), impl->plan.steps.end(),
-                                           [](const PlanStep& s) { return std::holds_alternative<FusedKernel>(s); });
-  for (const PlanStep& step : impl->plan.steps) {
-    impl->kernel_of_step.push_back(-1);
+  Lowered lowered = lower(std::move(g), lower_options(opts, device));
+  im.graph = std::move(lowered.graph);
+  im.plan = std::move(lowered.plan);
+  st.amp = std::move(lowered.stats.amp);
+  st.folded_batchnorms = lowered.stats.folded_batchnorms;
+  st.widened_external = lowered.stats.widened_external;
+  const ir::Graph& graph = im.graph;
+  const size_t steps = im.plan.steps.size();
+
+  // Lower every fused kernel to a spec; one that cannot be is an error (strict) or runs on
+  // the interpreter.
+  const auto fall_back = [&](KernelStep& k, const std::string& why) {
+    const std::string where = fmt::format("kernel {} ({})", k.name, node_label(graph, k.kernel->nodes.back()));
+    if (opts.strict) fail("{}: {}", where, why);
+    st.fallbacks.push_back(fmt::format("{}: {}", where, why));
+    fmt::print(stderr, "ampfuse: warning: {}: {}; its {} nodes run on the reference interpreter\n", where, why,
+               k.kernel->nodes.size());
+  };
+  im.kernel_of_step.assign(steps, -1);
+  im.externals.resize(steps);
+  im.kernels.reserve(steps);
+  std::vector<KernelStep*> to_compile;
+  for (size_t s = 0; s < steps; ++s) {
+    const PlanStep& step = im.plan.steps[s];
     if (const auto* k = std::get_if<FusedKernel>(&step)) {
-      impl->kernel_of_step.back() = static_cast<int32_t>(impl->kernels.size());
-      PreparedKernel pk;
-      pk.kernel = k;
-      const std::string name = fmt::format("k{}_{}", st.kernels, graph.nodes[k->nodes.back()].op);
-      ++st.kernels;
+      im.kernel_of_step[s] = static_cast<int32_t>(im.kernels.size());
+      KernelStep& ks = im.kernels.emplace_back();
+      ks.kernel = k;
+      ks.name = fmt::format("k{}_{}", st.kernels++, graph.nodes[k->nodes.back()].op);
       st.fused_nodes += static_cast<int>(k->nodes.size());
-      if (show_progress) std::fprintf(stderr, "\rcompiling kernels %d/%ld", st.kernels, static_cast<long>(total_kernels));
-      pk.empty = ir::num_elements(k->iteration) == 0;
-      if (!pk.empty) try {
-        pk.lowered = lower_kernel(graph, *k, name, opts.check_nonfinite);
-        const runtime::KernelCacheStats before = cache.stats();
-        pk.compiled = cache.get(pk.lowered.spec);
-        const runtime::KernelCacheStats after = cache.stats();
-        st.compilations += static_cast<int>(after.compilations - before.compilations);
-        st.cache_hits += static_cast<int>(after.hits - before.hits);
+      ks.empty = ir::num_elements(k->iteration) == 0;
+      if (ks.empty) continue;
+      try {
+        ks.lowered = lower_kernel(graph, *k, ks.name, opts.check_nonfinite);
+        to_compile.push_back(&ks);
       } catch (const Error& e) {
-        // The kernel's nodes still run, one by one on the interpreter; the report says so.
-        st.fallbacks.push_back(fmt::format("kernel {}: {}", name, e.what()));
+        fall_back(ks, e.what());
       }
-      impl->kernels.push_back(std::move(pk));
     } else if (const auto* e = std::get_if<ExternalStep>(&step)) {
       ++st.external_ops;
       const ir::Node& node = graph.nodes[e->node];
       std::vector<ir::TensorType> types;
       for (ValueRef in : node.inputs) types.push_back(graph.type(in));
-      if (opts.use_onednn && runtime::onednn_supports(node, types)) {
-        impl->onednn_node[e->node] = true;
-        const std::string impl_name =
-            with_context(node_label(graph, e->node), [&] { return runtime::onednn_impl_name(node, types); });
-        if (runtime::onednn_impl_is_slow(impl_name))
-          st.slow_external.push_back(fmt::format("{} ({}): {}", node.name, node.op, impl_name));
-      }
+      if (!opts.use_onednn) continue;
+      im.externals[s].onednn =
+          with_context(node_label(graph, e->node), [&] { return runtime::onednn_primitive(node, types); });
+      if (!im.externals[s].onednn) continue;
+      ++st.onednn_ops;
+      const std::string impl_name = runtime::onednn_impl_name(node, types);
+      if (runtime::onednn_impl_is_slow(impl_name))
+        st.slow_external.push_back(fmt::format("{} ({}): {}", node.name, node.op, impl_name));
     } else {
       ++st.views;
     }
   }
 
-  if (show_progress && total_kernels > 0) std::fprintf(stderr, "\r%40s\r", "");
-
-  impl->dead_after = values_dead_after(graph, impl->plan);
-
-  // Constant params and what is computed from them alone.
-  impl->constant_node.assign(graph.nodes.size(), false);
-  if (opts.constant_params) {
-    impl->constant_node = ir::computed_from_params(graph);
-    for (size_t i = 0; i < graph.nodes.size(); ++i)
-      if (graph.nodes[i].is_var() && impl->constant_node[i]) impl->constant_vars.push_back(static_cast<int32_t>(i));
+  // Device code for every lowered kernel: one batch, or one by one when the batch fails
+  // (which names the kernel that cannot be compiled).
+  const bool show_progress = opts.progress && isatty(STDERR_FILENO) && !to_compile.empty();
+  std::vector<const codegen::KernelSpec*> specs;
+  for (const KernelStep* k : to_compile) specs.push_back(&k->lowered.spec);
+  bool batch_compiled = false;
+  if (!show_progress) try {
+      st.compilations = device.precompile(specs);
+      batch_compiled = true;
+    } catch (const Error&) {
+    }
+  for (size_t i = 0; i < to_compile.size(); ++i) {
+    KernelStep& k = *to_compile[i];
+    if (show_progress) fmt::print(stderr, "\rcompiling kernels {}/{}", i + 1, to_compile.size());
+    try {
+      bool compiled_now = false;
+      k.code = device.prepare(k.lowered.spec, &compiled_now);
+      if (!batch_compiled) st.compilations += compiled_now;
+    } catch (const Error& e) {
+      fall_back(k, e.what());
+      continue;
+    }
+    k.flag_offset = im.flag_count;
+    im.flag_count += k.lowered.spec.flags.size();
   }
-  for (const PlanStep& step : impl->plan.steps) {
-    const std::vector<ValueRef> reads = step_reads(graph, step);
+  if (show_progress) fmt::print(stderr, "\r{:40}\r", "");
+  const auto with_code = std::count_if(im.kernels.begin(), im.kernels.end(), [](const KernelStep& k) { return k.code != nullptr; });
+  st.cache_hits = std::max(0, static_cast<int>(with_code) - st.compilations);
+
+  // Constant params and the steps computed from them alone.
+  im.constant_node.assign(graph.nodes.size(), false);
+  if (opts.constant_params) im.constant_node = ir::computed_from_params(graph);
+  for (int32_t n = 0; n < static_cast<int32_t>(graph.nodes.size()); ++n)
+    if (graph.nodes[n].is_var()) {
+      im.variable_nodes.push_back(n);
+      if (im.constant_node[n]) im.constant_vars.push_back(n);
+    }
+  for (size_t s = 0; s < steps; ++s) {
+    const std::vector<ValueRef> reads = step_reads(graph, im.plan.steps[s]);
     const bool constant = opts.constant_params && !reads.empty() &&
-                          std::all_of(reads.begin(), reads.end(), [&](ValueRef v) { return impl->constant_node[v.node]; });
-    impl->constant_step.push_back(constant);
+                          std::all_of(reads.begin(), reads.end(), [&](ValueRef v) { return im.constant_node[v.node]; });
+    im.constant_step.push_back(constant);
     st.constant_steps += constant;
+    if (const auto* e = std::get_if<ExternalStep>(&im.plan.steps[s])) {
+      const ir::Node& node = graph.nodes[e->node];
+      im.externals[s].constant_weights = node.inputs.size() > 1 && im.constant_node[node.inputs[1].node];
+    }
+  }
+
+  // Where each step runs, then the memory plan.
+  MemoryPlanOptions mo;
+  mo.two_spaces = im.two_spaces;
+  mo.constant_step = im.constant_step;
+  mo.constant_node = im.constant_node;
+  for (size_t s = 0; s < steps; ++s) {
+    const int32_t k = im.kernel_of_step[s];
+    const bool on_device = !im.two_spaces || std::holds_alternative<ViewStep>(im.plan.steps[s]) ||
+                           (k >= 0 && (im.kernels[k].code || im.kernels[k].empty));
+    mo.step_space.push_back(on_device ? Space::device : Space::host);
+  }
+  im.memory = plan_memory(graph, im.plan, mo);
+  if (dump_enabled("memory")) fmt::print(stderr, "// ----- memory -----\n{}", print_memory_plan(graph, im.plan, im.memory));
+  st.arena_bytes = im.memory.total_arena_bytes();
+  st.intermediate_bytes = im.memory.intermediate_bytes;
+  st.in_place = im.memory.in_place;
+  for (size_t s = 0; s < steps; ++s) {
+    if (mo.step_space[s] != Space::host) continue;
+    const auto& tr = im.memory.transfers_before[s];
+    st.host_round_trips += std::any_of(tr.begin(), tr.end(), [&](const Transfer& t) {
+      return t.to == Space::host && im.memory.buffers[t.value].home == Space::device;
+    });
+  }
+
+  // Values bound anew every run, and views by root.
+  im.views_of.resize(im.memory.root.size());
+  for (size_t id = 0; id < im.memory.root.size(); ++id) {
+    const int32_t r = im.memory.root[id];
+    const BufferValue::Kind kind = im.memory.buffers[r].kind;
+    if (r != static_cast<int32_t>(id)) im.views_of[r].push_back(static_cast<int32_t>(id));
+    if (kind == BufferValue::Kind::constant) im.constant_values.push_back(static_cast<int32_t>(id));
+    if (r != static_cast<int32_t>(id) && kind != BufferValue::Kind::intermediate)
+      im.rebound_views.push_back(static_cast<int32_t>(id));
   }
 
   st.compile_seconds = seconds_since(t0);
   return Executable(std::move(impl));
 }
 
-void Executable::Impl::run_fused(const PreparedKernel& pk, std::map<ValueRef, Tensor>& values, BufferPool& buffers,
-                                 RunStats& rs) const {
-  const FusedKernel& k = *pk.kernel;
-  if (pk.empty) {
-    for (const KernelOperand& op : k.outputs) values[op.value] = buffers.acquire(graph.type(op.value));
-    return;
-  }
-  if (!pk.compiled) {
-    // No code for this kernel (see CompileStats::fallbacks): its nodes one by one.
-    for (int32_t n : k.nodes) {
-      std::vector<Tensor> inputs;
-      for (ValueRef in : graph.nodes[n].inputs) inputs.push_back(values.at(in));
-      std::vector<Tensor> outs = with_context(node_label(graph, n), [&] { return runtime::run_node(graph.nodes[n], inputs); });
-      for (size_t o = 0; o < outs.size(); ++o) values[{n, static_cast<int32_t>(o)}] = std::move(outs[o]);
-    }
-    return;
-  }
-  const codegen::KernelSpec& spec = pk.lowered.spec;
-  std::vector<void*> data;
-  data.reserve(k.inputs.size() + k.outputs.size());
-  for (size_t i = 0; i < k.inputs.size(); ++i) {
-    const Tensor& t = values.at(k.inputs[i].value);
-    const int64_t offset = pk.lowered.input_offsets[i] * static_cast<int64_t>(ir::dtype_size(t.dtype()));
-    data.push_back(static_cast<std::byte*>(const_cast<void*>(t.raw())) + offset);
-  }
-  for (const KernelOperand& op : k.outputs) {
-    Tensor out = buffers.acquire(graph.type(op.value));
-    data.push_back(out.raw());
-    values[op.value] = std::move(out);
-  }
-  std::vector<int32_t> flags(spec.flags.size(), 0);
-  // Shapes vary between compiles of one cached kernel; this spec has this plan's sizes.
-  runtime::run_kernel(*pk.compiled, spec, data, {}, flags, pool());
-  for (int32_t f : flags) rs.nonfinite = rs.nonfinite || f != 0;
+// ---- run contexts and constants ---------------------------------------------------------------
+
+
+ValueTable Executable::Impl::unbound_table() const {
+  ValueTable t;
+  t.host.reserve(memory.root.size());
+  for (const ir::Node& n : graph.nodes)
+    for (const ir::TensorType& type : n.outputs) t.host.push_back(Tensor::unbound(type));
+  t.dev.assign(memory.root.size(), 0);
+  return t;
 }
 
-void Executable::Impl::run_external(int32_t n, std::map<ValueRef, Tensor>& values, BufferPool& buffers) const {
-  const ir::Node& node = graph.nodes[n];
-  std::vector<Tensor> inputs;
-  for (ValueRef in : node.inputs) inputs.push_back(values.at(in));
-  with_context(node_label(graph, n), [&] {
-    if (onednn_node[n]) {
-      std::vector<Tensor> outs;
-      for (const ir::TensorType& t : node.outputs) outs.push_back(buffers.acquire(t));
-      // Constant weights are reordered once (ExecutorOptions::constant_params).
-      runtime::OnednnWeightCache* weights =
-          node.inputs.size() > 1 && constant_node[node.inputs[1].node] ? &constants.weights[n] : nullptr;
-      runtime::onednn_run(node, inputs, outs, weights);
-      for (size_t o = 0; o < outs.size(); ++o) values[{n, static_cast<int32_t>(o)}] = std::move(outs[o]);
+std::unique_ptr<Executable::Impl::RunContext> Executable::Impl::make_context() const {
+  auto ctx = std::make_unique<RunContext>();
+  ctx->device = device;
+  ctx->values = unbound_table();
+
+  // The arenas. On the CPU the one arena is host memory, the flags at its end; on a GPU the
+  // device arena holds the flags and the host arena is separate.
+  const size_t flag_bytes = flag_count * sizeof(int32_t);
+  const size_t device_bytes = static_cast<size_t>(memory.arena_bytes[space_index(Space::device)]);
+  if (!two_spaces) {
+    ctx->host_arena = host_memory(*device, device_bytes + flag_bytes);
+    if (flag_bytes) ctx->flags = reinterpret_cast<DevicePtr>(ctx->host_arena.get() + device_bytes);
+  } else {
+    if (device_bytes + flag_bytes > 0) {
+      ctx->device_arena = device->alloc(device_bytes + flag_bytes);
+      std::vector<runtime::DeviceRegion> regions = memory.regions[space_index(Space::device)];
+      if (flag_bytes) regions.push_back({device_bytes, flag_bytes});
+      device->declare_regions(ctx->device_arena, regions);
+    }
+    if (flag_bytes) ctx->flags = ctx->device_arena + device_bytes;
+    ctx->host_arena = host_memory(runtime::cpu_device(), static_cast<size_t>(memory.arena_bytes[space_index(Space::host)]));
+  }
+  ctx->flag_values.assign(flag_count, 0);
+
+  // Every slot: its host tensor where it is host memory, its device address.
+  const Space host_space = two_spaces ? Space::host : Space::device;
+  for (size_t id = 0; id < memory.root.size(); ++id) {
+    if (memory.root[id] != static_cast<int32_t>(id)) continue;
+    const BufferValue& b = memory.buffers[id];
+    if (const int64_t slot = b.slot[space_index(host_space)]; slot >= 0) {
+      Tensor& t = ctx->values.host[id];
+      t = Tensor::view_of(t.type(), ctx->host_arena, ctx->host_arena.get() + slot, static_cast<size_t>(b.bytes));
+      if (!two_spaces) ctx->values.dev[id] = address_of(t);
+      for (int32_t v : views_of[id]) ctx->values.host[v].share_storage(t);
+    }
+    if (const int64_t slot = b.slot[space_index(Space::device)]; two_spaces && slot >= 0)
+      ctx->values.dev[id] = ctx->device_arena + static_cast<DevicePtr>(slot);
+  }
+  ctx->outputs.resize(static_cast<size_t>(memory.output_buffers));
+  ctx->scratch.launch.resize(kernels.size());
+  for (size_t k = 0; k < kernels.size(); ++k)
+    ctx->scratch.launch[k].resize(kernels[k].kernel->inputs.size() + kernels[k].kernel->outputs.size());
+  return ctx;
+}
+
+// Constants for this binding of the constant params: the ones made for it before, or made
+// now (once, by whichever run asks first; other runs wait for it).
+std::shared_ptr<Executable::Impl::ConstantSet> Executable::Impl::constants_for(const runtime::Bindings& vars,
+                                                                              RunStats& rs) const {
+  std::lock_guard lock(constants_mutex);
+  if (constants) {
+    bool same = true;
+    for (size_t i = 0; i < constant_vars.size() && same; ++i) {
+      const Tensor& now = runtime::bound_variable(graph.nodes[constant_vars[i]], vars);
+      same = now.raw() == constants->bound[i].raw();
+    }
+    if (same) {
+      rs.reused_constants = true;
+      return constants;
+    }
+  }
+  constants.reset();  // the old binding's memory goes before the new one's is allocated
+  auto cs = std::make_shared<ConstantSet>();
+  cs->device = device;
+  cs->values = unbound_table();
+  cs->weights.resize(plan.steps.size());
+  for (size_t s = 0; s < plan.steps.size(); ++s)
+    if (externals[s].onednn && externals[s].constant_weights)
+      cs->weights[s] = std::make_unique<runtime::OnednnWeightCache>();
+  ValueTable& t = cs->values;
+  for (int32_t n : constant_vars) {
+    const Tensor& bound = runtime::bound_variable(graph.nodes[n], vars);
+    cs->bound.push_back(bound);
+    const int32_t id = memory.first_value[n];
+    t.host[id].share_storage(bound);
+    if (!two_spaces) t.dev[id] = address_of(bound);
+  }
+
+  // Flags of the constant kernels, read once they ran.
+  std::vector<int32_t> flag_values(flag_count, 0);
+  DevicePtr flags = 0;
+  if (flag_count) {
+    if (two_spaces) {
+      flags = device->alloc(flag_count * sizeof(int32_t));
+      cs->device_buffers.push_back(flags);
+      device->upload(flags, flag_values.data(), flag_count * sizeof(int32_t));
+      ++rs.allocations;
     } else {
-      std::vector<Tensor> outs = runtime::run_node(node, inputs);
-      for (size_t o = 0; o < outs.size(); ++o) values[{n, static_cast<int32_t>(o)}] = std::move(outs[o]);
+      flags = reinterpret_cast<DevicePtr>(flag_values.data());
     }
-  });
+  }
+  Scratch scratch;
+  scratch.launch.resize(kernels.size());
+  for (size_t k = 0; k < kernels.size(); ++k)
+    scratch.launch[k].resize(kernels[k].kernel->inputs.size() + kernels[k].kernel->outputs.size());
+  for (size_t s = 0; s < plan.steps.size(); ++s) {
+    for (const Transfer& tr : memory.constant_transfers_before[s]) {
+      const int32_t r = tr.value;
+      const int64_t bytes = memory.buffers[r].bytes;
+      if (tr.to == Space::device) {
+        if (bytes > 0) {
+          t.dev[r] = device->alloc(static_cast<size_t>(bytes));
+          cs->device_buffers.push_back(t.dev[r]);
+          ++rs.allocations;
+        }
+      } else {
+        t.host[r] = Tensor(t.host[r].type());
+        ++rs.allocations;
+        for (int32_t v : views_of[r]) t.host[v].share_storage(t.host[r]);
+      }
+      copy(tr, t, rs);
+    }
+    if (!constant_step[s]) continue;
+    const PlanStep& step = plan.steps[s];
+    if (!std::holds_alternative<ViewStep>(step))
+      for (ValueRef w : step_writes(graph, step)) {
+        const int32_t r = id(w);
+        const int64_t bytes = memory.buffers[r].bytes;
+        if (two_spaces && memory.buffers[r].home == Space::device) {
+          if (bytes > 0) {
+            t.dev[r] = device->alloc(static_cast<size_t>(bytes));
+            cs->device_buffers.push_back(t.dev[r]);
+            ++rs.allocations;
+          }
+        } else {
+          t.host[r] = Tensor(t.host[r].type());
+          ++rs.allocations;
+          if (!two_spaces) t.dev[r] = address_of(t.host[r]);
+        }
+      }
+    execute(s, t, scratch, cs.get(), flags, rs);
+  }
+  if (flag_count) {
+    if (two_spaces) device->download(flag_values.data(), flags, flag_count * sizeof(int32_t));
+    cs->nonfinite = std::any_of(flag_values.begin(), flag_values.end(), [](int32_t f) { return f != 0; });
+  }
+  device->synchronize();
+  constants = cs;
+  return cs;
 }
 
-bool Executable::Impl::constants_still_bound(const std::map<ValueRef, Tensor>& values) const {
-  if (constants.bound.size() != constant_vars.size()) return false;
-  for (size_t i = 0; i < constant_vars.size(); ++i)
-    if (values.at({constant_vars[i], 0}).raw() != constants.bound[i].raw()) return false;
-  return true;
+// Variables, constants and output buffers: bound for this run only.
+void Executable::Impl::bind_per_run(RunContext& ctx, const runtime::Bindings& vars, const ConstantSet* cs,
+                                    RunStats& rs) const {
+  ValueTable& t = ctx.values;
+  for (int32_t n : variable_nodes) {
+    const int32_t id = memory.first_value[n];
+    const Tensor& bound = runtime::bound_variable(graph.nodes[n], vars);
+    t.host[id].share_storage(bound);
+    if (!two_spaces) t.dev[id] = address_of(bound);
+  }
+  if (cs) {
+    for (int32_t id : constant_values) {
+      if (!cs->values.host[id].empty_storage()) t.host[id].share_storage(cs->values.host[id]);
+      t.dev[id] = cs->values.dev[id];
+    }
+    // Constant variables' copies on a GPU live with the constants too.
+    for (int32_t n : constant_vars) {
+      const int32_t id = memory.first_value[n];
+      if (cs->values.dev[id]) t.dev[id] = cs->values.dev[id];
+    }
+  }
+  for (size_t id = 0; id < memory.buffers.size(); ++id) {
+    const BufferValue& b = memory.buffers[id];
+    if (b.kind != BufferValue::Kind::output || memory.root[id] != static_cast<int32_t>(id)) continue;
+    // The previous run's buffer, unless the caller still holds it.
+    Tensor& out = ctx.outputs[static_cast<size_t>(b.output_index)];
+    if (out.empty_storage() || !out.sole_owner()) {
+      out = Tensor(t.host[id].type());
+      ++rs.allocations;
+    }
+    t.host[id].share_storage(out);
+    if (!two_spaces) t.dev[id] = address_of(out);
+  }
+  for (int32_t v : rebound_views) {
+    const Tensor& root = t.host[memory.root[v]];
+    if (!root.empty_storage()) t.host[v].share_storage(root);
+  }
 }
+
+// Drops what the run bound, so that the caller's tensors and the returned outputs are the
+// caller's alone again.
+void Executable::Impl::release_per_run(RunContext& ctx) const {
+  ValueTable& t = ctx.values;
+  for (int32_t n : variable_nodes) t.host[memory.first_value[n]].release_storage();
+  for (int32_t id : constant_values) t.host[id].release_storage();
+  for (int32_t v : rebound_views) t.host[v].release_storage();
+  for (size_t id = 0; id < memory.buffers.size(); ++id)
+    if (memory.buffers[id].kind == BufferValue::Kind::output) t.host[id].release_storage();
+  for (Tensor& x : ctx.scratch.external_in) x.release_storage();
+  for (Tensor& x : ctx.scratch.external_out) x.release_storage();
+}
+
+// ---- steps -------------------------------------------------------------------------------------
+
+void Executable::Impl::copy(const Transfer& tr, ValueTable& t, RunStats& rs) const {
+  const size_t bytes = static_cast<size_t>(memory.buffers[tr.value].bytes);
+  if (bytes == 0) return;
+  if (tr.to == Space::device) {
+    device->upload(t.dev[tr.value], t.host[tr.value].raw(), bytes);
+    ++rs.uploads;
+    rs.upload_bytes += static_cast<int64_t>(bytes);
+  } else {
+    device->download(t.host[tr.value].raw(), t.dev[tr.value], bytes);
+    ++rs.downloads;
+    rs.download_bytes += static_cast<int64_t>(bytes);
+  }
+}
+
+void Executable::Impl::launch(const KernelStep& k, const ValueTable& t, std::vector<DevicePtr>& data,
+                              DevicePtr flags) const {
+  const FusedKernel& fk = *k.kernel;
+  for (size_t i = 0; i < fk.inputs.size(); ++i) {
+    const ValueRef v = fk.inputs[i].value;
+    // Slices start inside their input's buffer.
+    data[i] = dev_of(t, v) + static_cast<DevicePtr>(k.lowered.input_offsets[i]) * ir::dtype_size(graph.type(v).dtype);
+  }
+  for (size_t o = 0; o < fk.outputs.size(); ++o) data[fk.inputs.size() + o] = dev_of(t, fk.outputs[o].value);
+  const DevicePtr kernel_flags = k.lowered.spec.flags.empty() ? 0 : flags + k.flag_offset * sizeof(int32_t);
+  try {
+    device->launch(*k.code, k.lowered.spec, data, kernel_flags);
+  } catch (const Error& e) {
+    fail("kernel '{}': {}", k.name, e.what());
+  }
+}
+
+// A kernel without code: its nodes one by one, the results copied to where the plan keeps them.
+void Executable::Impl::run_on_interpreter(const KernelStep& k, ValueTable& t, RunStats& rs) const {
+  const int64_t before = runtime::tensor_buffer_allocations();
+  std::map<ValueRef, Tensor> inside;
+  for (int32_t n : k.kernel->nodes) {
+    std::vector<Tensor> inputs;
+    for (ValueRef in : graph.nodes[n].inputs) {
+      const auto it = inside.find(in);
+      inputs.push_back(it != inside.end() ? it->second : t.host[id(in)]);
+    }
+    std::vector<Tensor> outs = with_context(node_label(graph, n), [&] { return runtime::run_node(graph.nodes[n], inputs); });
+    for (size_t o = 0; o < outs.size(); ++o) inside[{n, static_cast<int32_t>(o)}] = std::move(outs[o]);
+  }
+  for (const KernelOperand& op : k.kernel->outputs) {
+    Tensor& dst = t.host[id(op.value)];
+    const Tensor& src = inside.at(op.value);
+    if (dst.bytes() > 0) std::memcpy(dst.raw(), src.raw(), dst.bytes());
+  }
+  rs.allocations += runtime::tensor_buffer_allocations() - before;
+}
+
+void Executable::Impl::run_external(size_t s, ValueTable& t, Scratch& scratch, const ConstantSet* cs) const {
+  const int32_t n = std::get<ExternalStep>(plan.steps[s]).node;
+  const ir::Node& node = graph.nodes[n];
+  // Copy-assigned into tensors kept between runs: no allocation once they are big enough.
+  if (scratch.external_in.size() < node.inputs.size()) scratch.external_in.resize(node.inputs.size());
+  if (scratch.external_out.size() < node.outputs.size()) scratch.external_out.resize(node.outputs.size());
+  for (size_t i = 0; i < node.inputs.size(); ++i) scratch.external_in[i] = t.host[id(node.inputs[i])];
+  for (size_t o = 0; o < node.outputs.size(); ++o) scratch.external_out[o] = t.host[id({n, static_cast<int32_t>(o)})];
+  const std::span<const Tensor> in(scratch.external_in.data(), node.inputs.size());
+  const std::span<Tensor> out(scratch.external_out.data(), node.outputs.size());
+  try {
+    if (const auto& prim = externals[s].onednn) {
+      runtime::OnednnWeightCache* weights = cs && cs->weights[s] ? cs->weights[s].get() : nullptr;
+      runtime::onednn_execute(*prim, node, in, out, weights);
+    } else {
+      runtime::run_node_into(node, in, out);
+    }
+  } catch (const Error& e) {
+    fail("{}: {}", node_label(graph, n), e.what());
+  }
+}
+
+void Executable::Impl::execute(size_t s, ValueTable& t, Scratch& scratch, const ConstantSet* cs, DevicePtr flags,
+                               RunStats& rs) const {
+  const PlanStep& step = plan.steps[s];
+  if (std::holds_alternative<FusedKernel>(step)) {
+    const int32_t ki = kernel_of_step[s];
+    const KernelStep& k = kernels[ki];
+    if (k.empty) return;
+    if (k.code)
+      launch(k, t, scratch.launch[ki], flags);
+    else
+      run_on_interpreter(k, t, rs);
+  } else if (std::holds_alternative<ExternalStep>(step)) {
+    run_external(s, t, scratch, cs);
+  } else {
+    // A view: its root's bytes, bound when the root was (arena slots, per-run values).
+    const int32_t v = id({std::get<ViewStep>(step).node, 0});
+    const Tensor& root = t.host[memory.root[v]];
+    if (!root.empty_storage()) t.host[v].share_storage(root);
+  }
+}
+
+// ---- run ----------------------------------------------------------------------------------------
 
 std::vector<Tensor> Executable::run(const runtime::Bindings& vars, RunStats* stats) const {
   const auto t0 = std::chrono::steady_clock::now();
   const Impl& im = *impl_;
-  const ir::Graph& g = im.graph;
-  std::map<ValueRef, Tensor> values;
-  for (int32_t i = 0; i < static_cast<int32_t>(g.nodes.size()); ++i) {
-    const ir::Node& n = g.nodes[i];
-    if (!n.is_var()) continue;
-    values[{i, 0}] = runtime::bound_variable(n, vars);
-  }
-
   RunStats rs;
-  BufferPool buffers;
-  // Constant steps run on the first run and whenever a param is bound to another buffer;
-  // their outputs stay in the cache (shared, so the pool never hands their buffers out).
-  rs.reused_constants = !im.constant_vars.empty() && im.constants_still_bound(values);
-  if (!rs.reused_constants) im.constants = {};
-  for (size_t s = 0; s < im.plan.steps.size(); ++s) {
-    const PlanStep& step = im.plan.steps[s];
-    if (im.constant_step[s] && rs.reused_constants) {
-      for (ValueRef v : step_writes(g, step)) values[v] = im.constants.values.at(v);
-    } else if (std::holds_alternative<FusedKernel>(step)) {
-      im.run_fused(im.kernels[im.kernel_of_step[s]], values, buffers, rs);
-    } else if (const auto* e = std::get_if<ExternalStep>(&step)) {
-      im.run_external(e->node, values, buffers);
-    } else {
-      const int32_t n = std::get<ViewStep>(step).node;
-      const ir::Node& node = g.nodes[n];
-      values[{n, 0}] = values.at(node.inputs.at(0)).reshaped(node.outputs[0].shape);
-    }
-    if (im.constant_step[s] && !rs.reused_constants)
-      for (ValueRef v : step_writes(g, step)) im.constants.values[v] = values.at(v);
-    for (ValueRef v : im.dead_after[s]) {
-      auto it = values.find(v);
-      if (it == values.end()) continue;
-      Tensor t = std::move(it->second);
-      values.erase(it);
-      buffers.release(std::move(t));
+
+  std::unique_ptr<Impl::RunContext> ctx;
+  {
+    std::lock_guard lock(im.contexts_mutex);
+    if (!im.idle_contexts.empty()) {
+      ctx = std::move(im.idle_contexts.back());
+      im.idle_contexts.pop_back();
     }
   }
-  if (!rs.reused_constants)
-    for (int32_t var : im.constant_vars) im.constants.bound.push_back(values.at({var, 0}));
+  if (!ctx) {
+    ctx = im.make_context();
+    rs.allocations += (ctx->host_arena ? 1 : 0) + (ctx->device_arena ? 1 : 0);
+  }
+  // The context goes back for the next run however this one ends.
+  struct Return {
+    const Impl& im;
+    std::unique_ptr<Impl::RunContext>& ctx;
+    ~Return() {
+      im.release_per_run(*ctx);
+      std::lock_guard lock(im.contexts_mutex);
+      im.idle_contexts.push_back(std::move(ctx));
+    }
+  } give_back{im, ctx};
+
+  std::shared_ptr<const Impl::ConstantSet> cs;
+  if (im.opts.constant_params && (!im.constant_vars.empty() || !im.constant_values.empty())) cs = im.constants_for(vars, rs);
+  im.bind_per_run(*ctx, vars, cs.get(), rs);
+  if (cs) rs.nonfinite = cs->nonfinite;
+
+  ValueTable& t = ctx->values;
+  const size_t flag_bytes = im.flag_count * sizeof(int32_t);
+  if (flag_bytes) {
+    std::fill(ctx->flag_values.begin(), ctx->flag_values.end(), 0);
+    im.device->upload(ctx->flags, ctx->flag_values.data(), flag_bytes);
+  }
+  for (size_t s = 0; s < im.plan.steps.size(); ++s) {
+    if (cs && im.constant_step[s]) continue;
+    for (const Transfer& tr : im.memory.transfers_before[s]) im.copy(tr, t, rs);
+    im.execute(s, t, ctx->scratch, cs.get(), ctx->flags, rs);
+  }
+  for (const Transfer& tr : im.memory.transfers_at_end) im.copy(tr, t, rs);
+  if (flag_bytes) {
+    im.device->download(ctx->flag_values.data(), ctx->flags, flag_bytes);
+    rs.nonfinite = rs.nonfinite || std::any_of(ctx->flag_values.begin(), ctx->flag_values.end(), [](int32_t f) { return f != 0; });
+  }
+  im.device->synchronize();
+
   std::vector<Tensor> outputs;
-  for (ValueRef v : g.outputs) outputs.push_back(values.at(v));
+  outputs.reserve(im.graph.outputs.size());
+  for (ValueRef v : im.graph.outputs) outputs.push_back(t.host[im.id(v)]);
   rs.seconds = seconds_since(t0);
-  rs.peak_bytes = buffers.allocated_bytes();
   if (stats) *stats = rs;
   return outputs;
 }

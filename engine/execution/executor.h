@@ -1,18 +1,28 @@
-// The executor: runs a typed graph as a fusion plan.
+// The executor: compiles a graph once and runs it on a device, as many times as asked.
 //
-//   graph --plan_fusion--> Plan --lower_kernel (each FusedKernel)--> KernelSpec
-//         --KernelCache--> compiled code;  run(): steps in plan order over pooled buffers
+//   compile:  graph --lower (engine/lower.h: passes, fusion plan)--> Plan
+//                   --lower_kernel, DeviceApi::precompile--> code for every fused kernel
+//                   --oneDNN primitives--> every external op it can run
+//                   --plan_memory--> one arena offset per intermediate (memory_plan.h)
+//   run:      steps in plan order over a run context (arenas, value table, output buffers)
+//             kept between runs: no allocation after the first run at these shapes.
 //
-// Fused kernels run as JIT-compiled code; external ops run through oneDNN where it has the
-// op and dtype (ExecutorOptions::use_onednn), otherwise through the reference interpreter's
-// implementation; views alias their input's buffer. A value's buffer goes back to a pool
-// after its last reader ran and is reused by later steps (liveness), unless a graph output
-// or another live value still shares it.
+// Devices (runtime/device_api.h): the CPU (default), a CUDA GPU, or the emulated GPU. Fused
+// kernels run on the device; external ops (convolution, matmul, pooling... through oneDNN,
+// or the reference interpreter where oneDNN lacks the op) run on the host, which on the CPU
+// is the same memory, and on a GPU means copies that the memory plan schedules.
 //
-// Compiling twice with new sizes (a new batch) finds every kernel in the cache: the cache key
-// holds structure, dtypes, rank and layout classes, never sizes.
+// Constant params (ExecutorOptions::constant_params): whatever is computed from the weights
+// alone (weights cast or widened, BatchNorm folded into convolution weights, convolution
+// weights reordered by oneDNN, weights uploaded to a GPU) is computed by the first run and
+// kept for as long as every weight stays bound to the same buffer.
+//
+// Compiling twice with new sizes (a new batch) finds every kernel in the cache: the cache
+// key holds structure, dtypes, rank and layout classes, never sizes.
 #pragma once
 
+#include "engine/execution/memory_plan.h"
+#include "engine/lower.h"
 #include "engine/planning/fusion_plan.h"
 #include "ir/graph.h"
 #include "runtime/interpreter.h"
@@ -20,6 +30,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -28,15 +39,22 @@ struct KernelSpec;
 }  // namespace ampfuse::codegen
 
 namespace ampfuse::runtime {
+class DeviceApi;
 class KernelCache;
 class ThreadPool;
 }  // namespace ampfuse::runtime
 
 namespace ampfuse::engine {
 
+// AMPFUSE_STRICT: "1" makes a kernel that cannot be lowered or compiled an error; unset or
+// "0" lets it run node by node on the interpreter, with a warning. Throws ampfuse::Error
+// for any other value.
+bool strict_from_environment();
+
 struct ExecutorOptions {
-  bool fuse = true;          // false: one kernel per fusable op (the unfused path)
-  bool use_onednn = true;    // external ops through oneDNN where it supports them
+  std::optional<AmpOptions> amp;  // convert for mixed precision first (engine/lower.h)
+  bool fuse = true;               // false: one kernel per fusable op (the unfused path)
+  bool use_onednn = true;         // external ops through oneDNN where it supports them
   // Every fused kernel also reports whether any value it reads or writes is NaN or +-Inf
   // (the loss scaler's overflow check, at no extra pass over memory); see RunStats.
   bool check_nonfinite = false;
@@ -44,70 +62,105 @@ struct ExecutorOptions {
   // (never otherwise, so logs and --json output stay clean).
   bool progress = false;
   // Variables with the param or aux role (weights, BatchNorm statistics) keep their values
-  // for as long as they stay bound to the same buffers, as at inference. Then whatever is
-  // computed from them alone (weights widened to f32, convolution weights reordered by
-  // oneDNN) is computed by the first run and reused by later runs while every one of them
-  // is bound to the same buffer as then. Off (the default), everything is computed every
-  // run: right when weights are updated in place between runs (training).
+  // for as long as they stay bound to the same buffers, as at inference: what is computed
+  // from them alone is computed by the first run and reused (see the top of this file).
+  // Off (the default), everything is computed every run: right when weights are updated
+  // in place between runs (training).
   bool constant_params = false;
   // Inference: fold a BatchNorm right after a Convolution into the convolution's weights and
   // bias (engine/passes/fold_batchnorm.h), so it costs no pass over memory. Results then
   // differ from the graph's by rounding (not bit for bit with the interpreter). Best with
   // constant_params, which computes the folded weights once.
   bool fold_batchnorm = false;
-  runtime::KernelCache* cache = nullptr;  // null: KernelCache::global()
-  runtime::ThreadPool* pool = nullptr;    // null: ThreadPool::global()
+  // External ops oneDNN computes in f32 (bf16 without AVX-512, f16 everywhere) get explicit
+  // casts that fuse into the kernels around them (engine/passes/compute_in_f32.h). Unset:
+  // on where the device's memory is the host's; on a GPU the casts would run on the device
+  // and send f32 copies to the host, twice the bytes oneDNN widens there by itself.
+  std::optional<bool> compute_in_f32;
+  // A fused kernel that cannot be lowered or compiled is an error (true), or runs node by
+  // node on the interpreter after one warning on stderr (false).
+  bool strict = strict_from_environment();
+  // Where fused kernels run; null: the CPU (runtime::cpu_device(), or a CPU device over
+  // `cache` and `pool` when either is set). Must outlive the executable.
+  runtime::DeviceApi* device = nullptr;
+  runtime::KernelCache* cache = nullptr;  // CPU only; null: KernelCache::global()
+  runtime::ThreadPool* pool = nullptr;    // CPU only; null: ThreadPool::global()
 };
+
+// The graph steps and planner options `opts` compiles with on `device`: what `ampfuse dot`
+// draws, so that the picture is the plan that runs.
+LowerOptions lower_options(const ExecutorOptions& opts, const runtime::DeviceApi& device);
 
 // What compile() did.
 struct CompileStats {
-  int kernels = 0;           // fused kernel steps
+  std::string device;            // DeviceApi::name()
+  std::optional<AmpStats> amp;   // with ExecutorOptions::amp
+  int kernels = 0;               // fused kernel steps
   int external_ops = 0;
+  int onednn_ops = 0;            // of those, through oneDNN (the rest on the interpreter)
   int views = 0;
   // External nodes oneDNN computes in f32 for want of bf16/f16 kernels here, rewritten with
-  // explicit casts that fuse into the kernels around them (engine/passes/compute_in_f32.h).
+  // explicit casts that fuse into the kernels around them (compute_in_f32).
   int widened_external = 0;
   // Steps computed from constant params only (ExecutorOptions::constant_params): run once.
   int constant_steps = 0;
   // BatchNorms folded into the Convolution before them (ExecutorOptions::fold_batchnorm).
   int folded_batchnorms = 0;
-  int fused_nodes = 0;       // graph nodes computed inside fused kernels
-  int compilations = 0;      // kernels compiled now (the rest were cache hits)
+  int fused_nodes = 0;           // graph nodes computed inside fused kernels
+  int compilations = 0;          // kernels this compile compiled (the rest were cache hits)
   int cache_hits = 0;
-  double compile_seconds = 0;  // wall time of compile(), planning and lowering included
+  double compile_seconds = 0;    // wall time of compile(), passes and planning included
+  // Host steps (external ops, kernels without device code) that read a value computed on a
+  // GPU, so wait for it and copy it; 0 on the CPU.
+  int host_round_trips = 0;
+  // Memory (memory_plan.h): the arenas a run uses, against every intermediate's bytes added
+  // up (what a run without reuse would hold), and kernel outputs written in place.
+  int64_t arena_bytes = 0;
+  int64_t intermediate_bytes = 0;
+  int in_place = 0;
   // External nodes oneDNN runs with a reference implementation ("ref:", "simple..."):
   // "name (op): impl" each.
   std::vector<std::string> slow_external;
-  // Kernels that could not be compiled and run node by node on the interpreter instead:
-  // "kernel K: reason" each. Empty in a healthy build.
+  // Kernels that could not be lowered or compiled and run node by node on the interpreter
+  // instead: "kernel K (node 'name'): reason" each. Empty in a healthy build.
   std::vector<std::string> fallbacks;
 };
 
 struct RunStats {
   double seconds = 0;
   bool nonfinite = false;  // with check_nonfinite: some fused kernel saw NaN or +-Inf
-  // Bytes of the buffers the executor allocated for kernel and oneDNN outputs: a buffer
-  // reused after its value died counts once. (Interpreter fallbacks allocate their own.)
-  int64_t peak_bytes = 0;
-  // With constant_params: whether this run reused the constant steps' results (false on
-  // the first run and after a param was bound to another buffer).
+  // With constant_params: whether this run reused the constants (false on the first run and
+  // after a param was bound to another buffer).
   bool reused_constants = false;
+  // Buffers this run allocated: device allocations (arenas, constants) plus tensor buffers
+  // (graph outputs whose previous buffers the caller still holds, interpreter fallbacks).
+  // 0 once a run context exists for this thread's turn and the caller let go of the outputs.
+  int64_t allocations = 0;
+  // Copies between the host and a GPU (0 on the CPU).
+  int uploads = 0, downloads = 0;
+  int64_t upload_bytes = 0, download_bytes = 0;
 };
 
 class Executable {
  public:
-  // Plans `g` (types inferred; see ir/type_inference.h) and compiles every fused kernel.
-  // Throws ampfuse::Error for a graph that does not verify.
+  // Lowers `g` (engine/lower.h; types are inferred when missing), compiles every fused
+  // kernel and plans memory. Throws ampfuse::Error for a graph that does not verify, bad
+  // options, no device, or (strict) a kernel that does not compile.
   static Executable compile(ir::Graph g, const ExecutorOptions& opts = {});
 
-  // Runs the graph; every variable must be bound with exactly its type (as interpret()).
-  // Returns the outputs in order. Thread-compatible: one run at a time per Executable (the
-  // constant cache of ExecutorOptions::constant_params is updated by runs).
+  // Runs the graph; every variable of graph() must be bound with exactly its type (as
+  // interpret()). Returns the outputs in order, in buffers the executable reuses on a later
+  // run once the caller has let go of them. Safe to call from several threads at once: each
+  // run takes a run context of its own (made on first need, kept for later runs).
   std::vector<runtime::Tensor> run(const runtime::Bindings& vars, RunStats* stats = nullptr) const;
 
-  const ir::Graph& graph() const;
+  const ir::Graph& graph() const;  // after the passes: what the plan computes
   const Plan& plan() const;
+  const MemoryPlan& memory_plan() const;
   const CompileStats& compile_stats() const;
+  // Per plan step: computed from constant params alone, by the first run of a binding only.
+  const std::vector<bool>& constant_steps() const;
+  runtime::DeviceApi& device() const;
   // The spec of every fused kernel that has compiled code, in plan order (for dumps, the
   // CUDA emitter and tests).
   std::vector<const codegen::KernelSpec*> kernel_specs() const;

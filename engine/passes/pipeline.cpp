@@ -11,7 +11,6 @@ namespace ampfuse::engine {
 
 void run_pipeline(ir::Graph& g, const std::vector<PassStep>& steps) {
   const bool dump = dump_enabled("ir");
-  if (dump) fmt::print(stderr, "// ----- input -----\n{}", ir::print_graph(g));
   for (const PassStep& step : steps) {
     with_context(fmt::format("pass '{}'", step.name), [&] { step.run(g); });
     with_context(fmt::format("after pass '{}'", step.name), [&] { ir::verify(g); });

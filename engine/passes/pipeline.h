@@ -18,7 +18,8 @@ struct PassStep {
 
 // Runs the steps in order. After each one the graph is verified (ir::verify); a failure
 // names the pass ("after pass 'cast-fold': node 7 ..."). With AMPFUSE_DUMP containing "ir",
-// prints "// ----- after <name> -----" and the textual IR to stderr after every step.
+// prints "// ----- after <name> -----" and the textual IR to stderr after every step (the
+// caller prints the input, once: engine/lower.cpp).
 void run_pipeline(ir::Graph& g, const std::vector<PassStep>& steps);
 
 }  // namespace ampfuse::engine

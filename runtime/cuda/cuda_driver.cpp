@@ -238,6 +238,14 @@ void DeviceBuffer::download(void* host, size_t bytes) const {
   if (bytes) check(ready().api.cuMemcpyDtoH(host, ptr_, bytes), "cuMemcpyDtoH");
 }
 
+void copy_to_device(uint64_t device, const void* host, size_t bytes) {
+  if (bytes) check(ready().api.cuMemcpyHtoD(device, host, bytes), "cuMemcpyHtoD");
+}
+
+void copy_to_host(void* host, uint64_t device, size_t bytes) {
+  if (bytes) check(ready().api.cuMemcpyDtoH(host, device, bytes), "cuMemcpyDtoH");
+}
+
 void DeviceBuffer::zero() { check(ready().api.cuMemsetD8(ptr_, 0, std::max<size_t>(size_, 1)), "cuMemsetD8"); }
 
 void cuda_precompile(const std::vector<codegen::KernelSpec>& specs) {

@@ -58,6 +58,11 @@ class DeviceBuffer {
   size_t size_ = 0;
 };
 
+// Copies between host memory and any device address (inside a DeviceBuffer); copies to
+// the host wait for the kernels launched before them.
+void copy_to_device(uint64_t device, const void* host, size_t bytes);
+void copy_to_host(void* host, uint64_t device, size_t bytes);
+
 // A compiled and loaded kernel for one signature on device 0.
 struct CudaKernel {
   std::string key;   // cuda_cache_key

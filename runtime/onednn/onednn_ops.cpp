@@ -566,36 +566,60 @@ bool onednn_computes_in_f32(const Node& node, std::span<const TensorType> inputs
   return e->prepared && e->prepared->widened;
 }
 
-void onednn_run(const Node& node, std::span<const Tensor> inputs, std::span<Tensor> outputs,
-                OnednnWeightCache* weights) {
-  std::vector<TensorType> types;
-  for (const Tensor& t : inputs) types.push_back(t.type());
-  auto e = entry_for(node, types);
-  if (!e->prepared) fail("node '{}' ({}): oneDNN cannot run it: {}", node.name, node.op, e->refusal);
-  if (outputs.size() != node.outputs.size()) fail("node '{}' ({}): {} outputs given, {} expected", node.name, node.op, outputs.size(), node.outputs.size());
-  std::vector<const void*> in_ptrs;
-  std::vector<void*> out_ptrs;
-  for (const Tensor& t : inputs) in_ptrs.push_back(t.raw());
+struct OnednnPrimitive {
+  std::shared_ptr<const Entry> entry;  // entry->prepared is set
+};
+
+std::shared_ptr<const OnednnPrimitive> onednn_primitive(const Node& node, std::span<const TensorType> inputs) {
+  auto e = entry_for(node, inputs);
+  if (!e->prepared) return nullptr;
+  return std::make_shared<const OnednnPrimitive>(OnednnPrimitive{std::move(e)});
+}
+
+void onednn_execute(const OnednnPrimitive& primitive, const Node& node, std::span<const Tensor> inputs,
+                    std::span<Tensor> outputs, OnednnWeightCache* weights) {
+  const Prepared& prepared = *primitive.entry->prepared;
+  if (outputs.size() != node.outputs.size())
+    fail("node '{}' ({}): {} outputs given, {} expected", node.name, node.op, outputs.size(), node.outputs.size());
+  // Fixed-size pointer arrays: oneDNN's ops have at most 3 inputs and 3 outputs.
+  constexpr size_t kMaxOperands = 8;
+  if (inputs.size() > kMaxOperands || outputs.size() > kMaxOperands)
+    fail("node '{}' ({}): too many operands for oneDNN", node.name, node.op);
+  std::array<const void*, kMaxOperands> in_ptrs{};
+  std::array<void*, kMaxOperands> out_ptrs{};
+  for (size_t i = 0; i < inputs.size(); ++i) in_ptrs[i] = inputs[i].raw();
   for (size_t o = 0; o < outputs.size(); ++o) {
     if (outputs[o].type() != node.outputs[o])
       fail("node '{}' ({}): output {} is {}, expected {}", node.name, node.op, o, ir::type_str(outputs[o].type()),
            ir::type_str(node.outputs[o]));
-    out_ptrs.push_back(outputs[o].raw());
+    out_ptrs[o] = outputs[o].raw();
   }
-  WeightSlot slot = nullptr;
-  if (weights && inputs.size() > 1) {
-    const Tensor& w = inputs[1];
-    if (weights->source.empty_storage() || weights->source.raw() != w.raw() || weights->source.type() != w.type()) {
-      weights->source = w;  // keeps the buffer alive, so its address cannot be reused meanwhile
-      weights->reordered.reset();
-    }
-    slot = &weights->reordered;
-  }
+  const InPtrs ins(in_ptrs.data(), inputs.size());
+  const OutPtrs outs(out_ptrs.data(), outputs.size());
   try {
-    e->prepared->run(in_ptrs, out_ptrs, slot);
+    // Weights the cache was not filled from run without it. The first run fills the cache
+    // under its mutex; later ones (from any thread) only read it.
+    if (!weights || inputs.size() < 2) {
+      prepared.run(ins, outs, nullptr);
+    } else if (weights->filled.load(std::memory_order_acquire)) {
+      prepared.run(ins, outs, weights->source.raw() == inputs[1].raw() ? &weights->reordered : nullptr);
+    } else {
+      std::lock_guard lock(weights->mutex);
+      if (!weights->filled.load(std::memory_order_relaxed)) weights->source = inputs[1];
+      prepared.run(ins, outs, weights->source.raw() == inputs[1].raw() ? &weights->reordered : nullptr);
+      weights->filled.store(true, std::memory_order_release);
+    }
   } catch (const dnnl::error& err) {
     fail("node '{}' ({}): oneDNN failed: {} (status {})", node.name, node.op, err.what(), status_name(err.status));
   }
+}
+
+void onednn_run(const Node& node, std::span<const Tensor> inputs, std::span<Tensor> outputs) {
+  std::vector<TensorType> types;
+  for (const Tensor& t : inputs) types.push_back(t.type());
+  const auto primitive = onednn_primitive(node, types);
+  if (!primitive) fail("node '{}' ({}): oneDNN cannot run it: {}", node.name, node.op, onednn_refusal(node, types));
+  onednn_execute(*primitive, node, inputs, outputs, nullptr);
 }
 
 std::string onednn_impl_name(const Node& node, std::span<const TensorType> inputs) {

@@ -16,7 +16,9 @@
 #include "ir/graph.h"
 #include "runtime/tensor.h"
 
+#include <atomic>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <string>
 #include <string_view>
@@ -40,20 +42,34 @@ std::string onednn_refusal(const ir::Node& node, std::span<const TensorType> inp
 bool onednn_computes_in_f32(const ir::Node& node, std::span<const TensorType> inputs);
 
 // A convolution's weights in the (blocked) layout its primitive wants, kept by the caller
-// between runs of one node: with one, onednn_run reorders the weights once and reuses them
-// for as long as the weight input is the same buffer (which the cache keeps alive, so its
-// address cannot be reused). Give one only for weights whose contents do not change while
-// they stay bound (engine::ExecutorOptions::constant_params). Other ops ignore it.
+// between runs of one node: the first onednn_execute with it reorders the weights it is
+// given and keeps them; later calls with the same weight buffer reuse them (from any thread);
+// calls with another buffer run without it. Give one only for weights whose contents do
+// not change while they stay bound (engine::ExecutorOptions::constant_params). Other ops
+// ignore it.
 struct OnednnWeightCache {
-  Tensor source;                      // the weights it was filled from
-  std::shared_ptr<void> reordered;    // a dnnl::memory; null until the first run
+  Tensor source;                    // the weights it was filled from (kept alive, so their address stays theirs)
+  std::shared_ptr<void> reordered;  // a dnnl::memory
+  std::mutex mutex;                 // held while filling
+  std::atomic<bool> filled{false};
 };
 
-// Runs `node` with oneDNN; `outputs` arrive allocated with the node's types. Throws
-// ampfuse::Error (naming the node, and the reason or oneDNN's status) if !onednn_supports
-// or oneDNN fails.
-void onednn_run(const ir::Node& node, std::span<const Tensor> inputs, std::span<Tensor> outputs,
-                OnednnWeightCache* weights = nullptr);
+// A node oneDNN runs, with its primitive created: what an executor keeps per node so that
+// a run neither looks the primitive up nor formats its key.
+struct OnednnPrimitive;
+
+// The primitive for `node` with these input types, or null when !onednn_supports.
+std::shared_ptr<const OnednnPrimitive> onednn_primitive(const ir::Node& node, std::span<const TensorType> inputs);
+
+// Runs `node` through its primitive; `inputs` have the types it was made for, `outputs`
+// arrive allocated with the node's types. Thread-safe. Throws ampfuse::Error naming the
+// node and oneDNN's status when oneDNN fails.
+void onednn_execute(const OnednnPrimitive& primitive, const ir::Node& node, std::span<const Tensor> inputs,
+                    std::span<Tensor> outputs, OnednnWeightCache* weights = nullptr);
+
+// onednn_primitive and onednn_execute in one call (tests, one-off runs). Throws
+// ampfuse::Error (naming the node, and the reason) if !onednn_supports.
+void onednn_run(const ir::Node& node, std::span<const Tensor> inputs, std::span<Tensor> outputs);
 
 // The implementation oneDNN picked for `node` ("jit:avx2", "brgconv:avx512_core_bf16",
 // "ref:any"...), creating the primitive if needed; "" when unsupported. Low-precision nodes

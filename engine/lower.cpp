@@ -1,0 +1,127 @@
+#include "engine/lower.h"
+
+#include "engine/passes/amp_convert.h"
+#include "engine/passes/cast_fold.h"
+#include "engine/passes/compute_in_f32.h"
+#include "engine/passes/dce.h"
+#include "engine/passes/fold_batchnorm.h"
+#include "engine/passes/layout_optimize.h"
+#include "engine/passes/pipeline.h"
+#include "engine/passes/typed_graph.h"
+#include "ir/dump.h"
+#include "ir/error.h"
+#include "ir/text_format.h"
+#include "ir/type_inference.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+namespace ampfuse::engine {
+
+namespace {
+
+bool is_cast(const ir::Node& n) { return n.op == "Cast" || n.op == "amp_cast"; }
+
+int count_casts(const ir::Graph& g) {
+  return static_cast<int>(std::count_if(g.nodes.begin(), g.nodes.end(), is_cast));
+}
+
+int count_params_in(const ir::Graph& g, ir::DType t) {
+  return static_cast<int>(std::count_if(g.nodes.begin(), g.nodes.end(), [&](const ir::Node& n) {
+    return n.is_var() && n.role == ir::VarRole::param && !n.outputs.empty() && n.outputs[0].dtype == t;
+  }));
+}
+
+// Casts read by more than one op: converted once for all their readers.
+int count_shared_casts(const ir::Graph& g) {
+  const std::map<ir::ValueRef, int> uses = ir::use_counts(g);
+  int shared = 0;
+  for (int32_t i = 0; i < static_cast<int32_t>(g.nodes.size()); ++i)
+    if (is_cast(g.nodes[i]) && uses.count({i, 0}) && uses.at({i, 0}) > 1) ++shared;
+  return shared;
+}
+
+void count_precisions(const ir::Graph& g, ir::DType target, AmpStats& s) {
+  for (const ir::Node& n : g.nodes) {
+    if (n.is_var() || is_cast(n)) continue;
+    const auto any_output = [&](auto pred) { return std::any_of(n.outputs.begin(), n.outputs.end(), pred); };
+    const bool low = any_output([&](const ir::TensorType& t) { return t.dtype == target; });
+    const bool has_float = any_output([](const ir::TensorType& t) { return ir::is_float(t.dtype); });
+    if (low)
+      ++s.lp16_nodes;
+    else if (has_float)
+      ++s.fp32_nodes;
+  }
+}
+
+// The graph steps: `until_dce` stops after dce (convert_for_amp). The AMP steps run as one
+// pipeline and the inference rewrites as another, so that AMP's counts are of the converted
+// graph alone.
+ir::Graph run_graph_steps(ir::Graph g, const LowerOptions& opts, bool until_dce, LowerStats& stats) {
+  std::optional<AmpPolicy> policy;
+  if (opts.amp) policy.emplace(*opts.amp);  // bad options fail before any step runs
+  AmpStats amp;
+  int casts_before_fold = 0, params_low_before = 0;
+
+  // AMP decides from every value's type, so it infers them afresh; otherwise a typed graph
+  // (an executable's usual input) keeps its types.
+  std::vector<PassStep> steps = {
+      {"infer-types", [&](ir::Graph& x) { opts.amp ? ir::infer_types(x) : infer_if_untyped(x); }}};
+  if (opts.amp) {
+    steps.push_back({"amp-convert", [&](ir::Graph& x) {
+                       for (const ir::Node& n : x.nodes)
+                         if (!n.is_var()) ++amp.class_counts[std::string(ir::amp_class_name(policy->node_class(n)))];
+                       params_low_before = count_params_in(x, opts.amp->target);
+                       amp.casts_inserted = amp_convert(x, *opts.amp);
+                     }});
+    steps.push_back({"cast-fold", [&](ir::Graph& x) {
+                       casts_before_fold = count_casts(x);
+                       cast_fold(x);
+                     }});
+    if (!opts.amp->layout.empty())
+      steps.push_back({"layout-optimize", [&](ir::Graph& x) { layout_optimize(x, opts.amp->layout); }});
+  }
+  steps.push_back({"dce", [](ir::Graph& x) { dce(x); }});
+  if (dump_enabled("ir")) fmt::print(stderr, "// ----- input -----\n{}", ir::print_graph(g));
+  run_pipeline(g, steps);
+  if (opts.amp) {
+    amp.casts_final = count_casts(g);
+    amp.casts_removed = casts_before_fold - amp.casts_final;
+    amp.casts_shared = count_shared_casts(g);
+    amp.params_offline = count_params_in(g, opts.amp->target) - params_low_before;
+    count_precisions(g, opts.amp->target, amp);
+    stats.amp = std::move(amp);
+  }
+  if (until_dce) return g;
+
+  std::vector<PassStep> inference;
+  if (opts.fold_batchnorm)
+    inference.push_back({"fold-batchnorm", [&](ir::Graph& x) { stats.folded_batchnorms = fold_batchnorm(x); }});
+  if (opts.computes_in_f32)
+    inference.push_back(
+        {"compute-in-f32", [&](ir::Graph& x) { stats.widened_external = compute_in_f32(x, opts.computes_in_f32); }});
+  run_pipeline(g, inference);
+  return g;
+}
+
+}  // namespace
+
+Lowered lower(ir::Graph g, const LowerOptions& opts) {
+  Lowered out;
+  out.graph = run_graph_steps(std::move(g), opts, false, out.stats);
+  out.plan = with_context("plan-fusion", [&] { return plan_fusion(out.graph, opts.planner); });
+  if (dump_enabled("plan")) fmt::print(stderr, "// ----- plan -----\n{}", print_plan(out.graph, out.plan));
+  return out;
+}
+
+ir::Graph convert_for_amp(ir::Graph g, const AmpOptions& opts, AmpStats* stats) {
+  LowerOptions lo;
+  lo.amp = opts;
+  LowerStats ls;
+  ir::Graph out = run_graph_steps(std::move(g), lo, true, ls);
+  if (stats) *stats = std::move(*ls.amp);
+  return out;
+}
+
+}  // namespace ampfuse::engine

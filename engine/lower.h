@@ -1,0 +1,74 @@
+// The compile order, in one place: every step from the graph a user gives to the plan the
+// executor runs. Read lower() top to bottom:
+//
+//   infer-types      types and shapes of every value (when the graph has none yet)
+//   amp-convert      with LowerOptions::amp: each op to the precision its AMP class says,
+//   cast-fold          casts of the graph and of the conversion folded,
+//   layout-optimize    convolution regions moved to NHWC (AmpOptions::layout)
+//   dce              nodes no output depends on never run
+//   ---------------- convert_for_amp stops here: what `ampfuse convert` writes
+//   fold-batchnorm   with fold_batchnorm: BatchNorm after Convolution into its weights
+//   compute-in-f32   casts around external ops computed in f32, so that they fuse
+//   plan-fusion      fused kernels, external ops and views
+//
+// Graph steps run through run_pipeline (engine/passes/pipeline.h): verified after each, the
+// graph dumped after each with AMPFUSE_DUMP=ir; the plan is dumped with AMPFUSE_DUMP=plan.
+// The executor (engine/execution/executor.h) takes the plan from here, lowers and compiles
+// each fused kernel and plans memory; `ampfuse dot` draws the same plan.
+#pragma once
+
+#include "engine/passes/amp_options.h"
+#include "engine/planning/fusion_plan.h"
+#include "ir/graph.h"
+
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+
+namespace ampfuse::engine {
+
+// What the AMP steps did, for `ampfuse convert --json` and the run report.
+struct AmpStats {
+  int casts_inserted = 0;  // by amp-convert
+  int casts_removed = 0;   // by cast-fold and dce, counting casts of the input graph too
+  int casts_final = 0;     // Cast / amp_cast nodes in the result
+  int casts_shared = 0;    // of those, read by more than one op
+  int params_offline = 0;  // params now stored in the target type
+  int lp16_nodes = 0;      // op nodes (casts aside) with an output in the target type
+  int fp32_nodes = 0;      // op nodes (casts aside) with float outputs, none in the target type
+  // Op nodes of the input graph by the class they run as ("lowp", "fp32", "widest",
+  // "neutral"; conditional ones resolved, excluded ones counted as "fp32").
+  std::map<std::string, int> class_counts;
+};
+
+struct LowerOptions {
+  std::optional<AmpOptions> amp;  // convert for mixed precision first
+  bool fold_batchnorm = false;    // changes results by rounding (see fold_batchnorm.h)
+  // Whether external node n (types inferred) is computed in f32 although it has bf16/f16
+  // operands (oneDNN without native kernels for them); null: no node is.
+  std::function<bool(const ir::Graph&, int32_t node)> computes_in_f32;
+  PlannerOptions planner;
+};
+
+struct LowerStats {
+  std::optional<AmpStats> amp;  // with LowerOptions::amp
+  int folded_batchnorms = 0;
+  int widened_external = 0;     // nodes compute-in-f32 rewrote
+};
+
+struct Lowered {
+  ir::Graph graph;  // after every graph step
+  Plan plan;
+  LowerStats stats;
+};
+
+// Runs every step above. Throws ampfuse::Error for bad AMP options (before any step runs),
+// a graph that does not infer or verify, naming the step.
+Lowered lower(ir::Graph g, const LowerOptions& opts);
+
+// The steps up to dce with `opts` as LowerOptions::amp: the converted graph alone, as
+// `ampfuse convert` writes it and blocks trace it. Fills `stats` when given.
+ir::Graph convert_for_amp(ir::Graph g, const AmpOptions& opts, AmpStats* stats = nullptr);
+
+}  // namespace ampfuse::engine

@@ -1,0 +1,23 @@
+// The planning options `ampfuse run` and `dot` share, so that dot draws the plan run runs.
+#pragma once
+
+#include "engine/execution/executor.h"
+#include "tools/amp_args.h"
+
+#include <CLI/CLI.hpp>
+
+namespace ampfuse::tools {
+
+struct PlanArgs {
+  AmpArgs amp;
+  bool no_fuse = false;
+  bool no_fold_bn = false;
+
+  // Fused runs fold BatchNorms into convolutions and keep the weights' derived forms.
+  engine::ExecutorOptions executor_options() const;
+};
+
+// Adds --amp and its overrides, --no-fuse and --no-fold-bn.
+void add_plan_args(CLI::App& cmd, PlanArgs& a);
+
+}  // namespace ampfuse::tools
