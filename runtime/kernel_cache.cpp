@@ -26,7 +26,9 @@ std::string next_symbol() {
   return "ampfuse_kernel_" + std::to_string(counter.fetch_add(1));
 }
 
-std::shared_ptr<const CompiledKernel> compile(const codegen::KernelSpec& spec, std::string key) {
+}  // namespace
+
+std::shared_ptr<const CompiledKernel> jit_compile(const codegen::KernelSpec& spec, std::string key) {
   const auto start = std::chrono::steady_clock::now();
   auto kernel = std::make_shared<CompiledKernel>();
   kernel->symbol = next_symbol();
@@ -37,7 +39,8 @@ std::shared_ptr<const CompiledKernel> compile(const codegen::KernelSpec& spec, s
   return kernel;
 }
 
-}  // namespace
+KernelCache::KernelCache() : KernelCache(jit_compile) {}
+KernelCache::KernelCache(Compiler compile) : compile_(std::move(compile)) {}
 
 KernelCache& KernelCache::global() {
   static KernelCache* cache = new KernelCache();  // never destroyed, like the code it points to
@@ -60,7 +63,7 @@ std::shared_ptr<const CompiledKernel> KernelCache::get(const codegen::KernelSpec
     std::shared_ptr<const CompiledKernel> kernel;
     std::optional<std::string> error;
     try {
-      kernel = compile(spec, key);
+      kernel = compile_(spec, key);
     } catch (const Error& e) {
       error = fmt::format("kernel '{}': compilation failed: {}", spec.name, e.what());
     }

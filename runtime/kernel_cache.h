@@ -11,6 +11,7 @@
 #include "runtime/thread_pool.h"
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -35,7 +36,11 @@ struct KernelCacheStats {
 
 class KernelCache {
  public:
-  KernelCache() = default;
+  // What turns a spec into code: the JIT (jit_compile) unless a test substitutes one.
+  using Compiler = std::function<std::shared_ptr<const CompiledKernel>(const codegen::KernelSpec&, std::string key)>;
+
+  KernelCache();
+  explicit KernelCache(Compiler compile);
   KernelCache(const KernelCache&) = delete;
   KernelCache& operator=(const KernelCache&) = delete;
 
@@ -51,10 +56,14 @@ class KernelCache {
 
  private:
   struct Entry;
+  Compiler compile_;
   mutable std::mutex mutex_;
   std::unordered_map<std::string, std::shared_ptr<Entry>> entries_;
   KernelCacheStats stats_;
 };
+
+// Compiles `spec` with the process's JIT (runtime/jit.h). Throws ampfuse::Error when LLVM fails.
+std::shared_ptr<const CompiledKernel> jit_compile(const codegen::KernelSpec& spec, std::string key);
 
 // Runs `kernel` (compiled for spec's signature) over spec's iteration space, split across
 // `pool`. `data`: a base pointer per input then per output, addressed with spec's

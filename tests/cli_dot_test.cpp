@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -44,6 +45,29 @@ TEST(CliDot, WritesSvgOfTheDefaultModel) {
   EXPECT_NE(text.find("<svg"), std::string::npos);
   EXPECT_NE(text.find("kernel 0: "), std::string::npos);
   EXPECT_NE(text.find("#fdae6b"), std::string::npos) << "no bf16 colour after --amp bf16";
+}
+
+// dot draws the plan run runs: BatchNorms folded into convolutions (their new weights are
+// kernels computed once), casts around ops oneDNN computes in f32.
+TEST(CliDot, DrawsThePlanRunRuns) {
+  testing::ScopedTempDir dir;
+  const std::string model = model_path("cifar_resnet20_v2-gluoncv-symbol.json");
+  const auto kernels = [&](const std::string& flags) {
+    const CliResult r = run_cli(fmt::format("dot '{}' --shape data=1,3,32,32 {} -o '{}'", model, flags, dir.file("c.dot")));
+    EXPECT_EQ(r.status, 0) << r.err;
+    int all = 0, once = 0;
+    std::sscanf(r.out.substr(r.out.find(": ") + 2).c_str(), "%d fused kernels (%d of them", &all, &once);
+    return std::pair{all, once};
+  };
+  const CliResult run = run_cli(fmt::format("run '{}' --shape data=1,3,32,32 --repeat 1 --no-baseline --json", model));
+  ASSERT_EQ(run.status, 0) << run.err;
+  const nlohmann::json j = parse_json(run);
+  const auto [all, once] = kernels("");
+  EXPECT_EQ(all - once, j["plan"]["kernels"].get<int>());
+  EXPECT_GT(once, 0) << "the folded weights and biases";
+  const auto [unfolded, unfolded_once] = kernels("--no-fold-bn");
+  EXPECT_EQ(unfolded_once, 0);
+  EXPECT_NE(unfolded, all);
 }
 
 TEST(CliDot, WritesDotOfAModelFile) {

@@ -5,6 +5,8 @@
 #include "runtime/thread_pool.h"
 #include "test_util.h"
 
+#include <omp.h>
+
 #include <atomic>
 #include <chrono>
 #include <mutex>
@@ -122,6 +124,19 @@ TEST(JitThreadPool, SmallRangesRunInlineAndEmptyOnesNotAtAll) {
   pool.parallel_for(0, [&](int64_t, int64_t) { ADD_FAILURE() << "called for an empty range"; });
 }
 
+// Kernels run on OpenMP's threads, the ones oneDNN runs on (runtime/thread_pool.h).
+TEST(JitThreadPool, RunsOnOpenMpThreads) {
+  runtime::ThreadPool pool(2);
+  std::mutex m;
+  std::set<int> team_sizes;
+  pool.parallel_for(100000, [&](int64_t, int64_t) {
+    std::lock_guard lock(m);
+    team_sizes.insert(omp_get_num_threads());
+  }, 1000);
+  EXPECT_EQ(team_sizes, std::set<int>{2});
+  EXPECT_FALSE(omp_in_parallel());
+}
+
 TEST(JitThreadPool, NestedCallsRunInline) {
   runtime::ThreadPool pool(2);
   std::atomic<int64_t> total{0};
@@ -143,7 +158,7 @@ TEST(JitThreadPool, RethrowsAChunkExceptionAndStaysUsable) {
   EXPECT_EQ(total.load(), 1000);
 }
 
-TEST(JitThreadPool, CallersFromSeveralThreadsTakeTurns) {
+TEST(JitThreadPool, CallersFromSeveralThreadsAtOnceEachGetTheirRange) {
   runtime::ThreadPool pool(2);
   std::atomic<int64_t> total{0};
   std::vector<std::thread> callers;
@@ -211,6 +226,27 @@ TEST(KernelCache, HitCostsMicroseconds) {
   EXPECT_LT(us / kLookups, 200.0);
   EXPECT_EQ(cache.stats().compilations, 1);
   EXPECT_EQ(cache.stats().hits, kLookups);
+}
+
+// A failed compile is not remembered as permanent (the failure may be passing: memory, a
+// full disk): the next request compiles again.
+TEST(KernelCache, AFailedCompileIsTriedAgainByTheNextRequest) {
+  int attempts = 0;
+  runtime::KernelCache cache([&](const KernelSpec& spec, std::string key) {
+    if (++attempts == 1) fail("out of memory (simulated)");
+    return runtime::jit_compile(spec, std::move(key));
+  });
+  const KernelSpec spec = dense_spec("flaky", affine_body(2, 1), {DType::f32}, {DType::f32}, {8});
+  EXPECT_ERROR(cache.get(spec), "kernel 'flaky': compilation failed: out of memory (simulated)");
+  bool compiled_now = false;
+  const auto kernel = cache.get(spec, &compiled_now);
+  EXPECT_TRUE(compiled_now);
+  EXPECT_NE(kernel->fn, nullptr);
+  EXPECT_EQ(attempts, 2);
+  EXPECT_EQ(cache.stats().failures, 1);
+  EXPECT_EQ(cache.stats().compilations, 1);
+  EXPECT_EQ(cache.get(spec)->fn, kernel->fn);
+  EXPECT_EQ(attempts, 2) << "a success is cached";
 }
 
 TEST(KernelCache, InvalidSpecIsAnErrorAndNotACompile) {

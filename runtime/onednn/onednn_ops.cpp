@@ -7,7 +7,10 @@
 
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include <omp.h>
+
 #include <array>
+#include <cmath>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -475,6 +478,49 @@ Prepared through_f32(Prepared inner, Types in, Types out) {
 struct Entry {
   std::optional<Prepared> prepared;
   std::string refusal;  // why not, when !prepared
+  bool serial = false;  // created and run on one thread (small_op)
+};
+
+// Multiply-adds a node takes, roughly: what decides whether threads pay for it.
+double estimated_macs(const Node& n, Types in, Types out) {
+  const auto elements = [](const TensorType& t) { return static_cast<double>(ir::num_elements(t.shape)); };
+  double largest = 0;
+  for (const auto* list : {&in, &out})
+    for (const TensorType& t : *list) largest = std::max(largest, elements(t));
+  // A weight row per output element (Deconvolution: per input element).
+  if ((n.op == "Convolution" || n.op == "Deconvolution" || n.op == "FullyConnected") && in.size() > 1 &&
+      !in[1].shape.empty() && in[1].shape[0] > 0)
+    return elements(n.op == "Deconvolution" ? in[0] : out[0]) * elements(in[1]) / static_cast<double>(in[1].shape[0]);
+  if ((n.op == "dot" || n.op == "batch_dot") && in.size() > 1 && !out[0].shape.empty()) {
+    // (b, m, k) x (b, k, n): b m k * b k n * b m n = b^3 (m n k)^2.
+    const double batch = n.op == "batch_dot" ? static_cast<double>(std::max<int64_t>(out[0].shape[0], 1)) : 1;
+    return std::sqrt(elements(in[0]) * elements(in[1]) * elements(out[0]) / batch);
+  }
+  return largest * 4;  // pooling windows, softmax and LayerNorm's few passes
+}
+
+// Below this many multiply-adds a node runs on one thread: at 20-50 GMAC/s that is at most
+// a few tens of microseconds, about what waking and joining a team of threads costs, and on
+// a machine busy with other processes a team can wait a whole scheduler slice (milliseconds)
+// for its last thread. A whole small model (the default one) then runs without a single
+// parallel region.
+constexpr double kSerialMacs = 1 << 19;
+
+// Sets OpenMP's thread count for this thread while it lives (oneDNN reads it when it creates
+// a primitive and when it runs one).
+class OneThread {
+ public:
+  explicit OneThread(bool active) : saved_(active ? omp_get_max_threads() : 0) {
+    if (saved_) omp_set_num_threads(1);
+  }
+  ~OneThread() {
+    if (saved_) omp_set_num_threads(saved_);
+  }
+  OneThread(const OneThread&) = delete;
+  OneThread& operator=(const OneThread&) = delete;
+
+ private:
+  int saved_;
 };
 
 // Builds with these types; a refusal or "unimplemented" leaves `why` and returns nothing,
@@ -507,23 +553,25 @@ Entry make_entry(const Node& n, Types in) {
       lowp |= ir::is_lowp(t.dtype);
       has_f16 |= t.dtype == DType::f16;
     }
+  const bool serial = estimated_macs(n, in, out) < kSerialMacs;
+  const OneThread one_thread(serial);
   std::string why;
   // Native first (f32, or bf16 where this CPU's oneDNN has a real kernel for it) ...
   std::optional<Prepared> native;
   if (!has_f16) native = attempt(n, build, in, out, why);
-  if (native && (!lowp || !onednn_impl_is_slow(native->impl))) return {std::move(native), ""};
+  if (native && (!lowp || !onednn_impl_is_slow(native->impl))) return {std::move(native), "", serial};
   // ... then low precision as f32 compute, unless that too is only a reference kernel.
   if (lowp) {
     const std::vector<TensorType> in32 = as_f32(in), out32 = as_f32(out);
     std::string why32;
     if (std::optional<Prepared> wide = attempt(n, build, in32, out32, why32)) {
-      if (!native || !onednn_impl_is_slow(wide->impl)) return {through_f32(std::move(*wide), in, out), ""};
+      if (!native || !onednn_impl_is_slow(wide->impl)) return {through_f32(std::move(*wide), in, out), "", serial};
     } else if (!native) {
       why = why32;
     }
   }
-  if (native) return {std::move(native), ""};
-  return {std::nullopt, why};
+  if (native) return {std::move(native), "", serial};
+  return {std::nullopt, why, serial};
 }
 
 std::string cache_key(const Node& n, Types in) {
@@ -596,6 +644,7 @@ void onednn_execute(const OnednnPrimitive& primitive, const Node& node, std::spa
   }
   const InPtrs ins(in_ptrs.data(), inputs.size());
   const OutPtrs outs(out_ptrs.data(), outputs.size());
+  const OneThread one_thread(primitive.entry->serial);
   try {
     // Weights the cache was not filled from run without it. The first run fills the cache
     // under its mutex; later ones (from any thread) only read it.
