@@ -56,7 +56,12 @@ OpRegistry& OpRegistry::global() {
 }
 
 void OpRegistry::add(OpDef def) {
-  if (ops_.count(def.name)) fail("op '{}' is registered twice", def.name);
+  const auto taken = [&](const std::string& n) { return ops_.count(n) || canonical_of_alias_.count(n); };
+  if (taken(def.name)) fail("op '{}' is registered twice", def.name);
+  for (const std::string& alias : def.aliases) {
+    if (alias == def.name || taken(alias)) fail("alias '{}' of op '{}' is already a name or alias", alias, def.name);
+    canonical_of_alias_.emplace(alias, def.name);
+  }
   std::string name = def.name;
   ops_.emplace(std::move(name), std::move(def));
 }
@@ -83,16 +88,36 @@ size_t edit_distance(std::string_view a, std::string_view b) {
 }
 }  // namespace
 
-const OpDef& OpRegistry::get(std::string_view name) const {
-  if (const OpDef* d = find(name)) return *d;
+// The suggestion is the closest name within 3 edits; of equally close ones, canonical
+// names before aliases, each in sorted order.
+void OpRegistry::fail_unknown(std::string_view name, bool aliases) const {
   std::string best;
   size_t best_d = 4;
-  for (const auto& [n, _] : ops_) {
-    size_t d = edit_distance(name, n);
-    if (d < best_d) best_d = d, best = n;
-  }
-  if (!best.empty()) fail("unknown op '{}' (did you mean '{}'?)", name, best);
+  const auto consider = [&](const std::string& candidate, std::string shown) {
+    const size_t d = edit_distance(name, candidate);
+    if (d < best_d) best_d = d, best = std::move(shown);
+  };
+  for (const auto& [n, _] : ops_) consider(n, fmt::format("'{}'", n));
+  if (aliases)
+    for (const auto& [alias, canonical] : canonical_of_alias_)
+      consider(alias, fmt::format("'{}' (an alias of '{}')", alias, canonical));
+  if (!best.empty()) fail("unknown op '{}' (did you mean {}?)", name, best);
   fail("unknown op '{}'", name);
+}
+
+const OpDef& OpRegistry::get(std::string_view name) const {
+  if (const OpDef* d = find(name)) return *d;
+  if (auto it = canonical_of_alias_.find(name); it != canonical_of_alias_.end())
+    fail("op '{}' is an alias of '{}': graphs hold canonical op names (resolve aliases when building them)", name,
+         it->second);
+  fail_unknown(name, false);
+}
+
+const OpDef& OpRegistry::resolve(std::string_view name_or_alias) const {
+  if (const OpDef* d = find(name_or_alias)) return *d;
+  if (auto it = canonical_of_alias_.find(name_or_alias); it != canonical_of_alias_.end())
+    return ops_.find(it->second)->second;
+  fail_unknown(name_or_alias, true);
 }
 
 std::vector<std::string> OpRegistry::names() const {

@@ -5,6 +5,11 @@
 // the fusion planner may fuse it, and for elementwise ops the scalar recipe that the
 // interpreter and both code generators lower. Ops are registered by the register_*_ops
 // functions (ir/ops/*.cpp), called once by OpRegistry::global().
+//
+// An op has one canonical name; MXNet's other spellings of it (`cast` for Cast, `crop`
+// for slice) are declared as its aliases. Graph construction (MXNet JSON import, the text
+// parser, GraphBuilder, traced blocks) resolves an alias to the canonical name, so a graph
+// never holds one and no pass or kernel table needs to know them.
 #pragma once
 
 #include "ir/attrs.h"
@@ -70,7 +75,9 @@ struct InferContext {
 using InferFn = std::function<void(InferContext&)>;
 
 struct OpDef {
-  std::string name;
+  std::string name;  // canonical
+  // MXNet's other names for the op; resolve() maps them to `name`.
+  std::vector<std::string> aliases;
   OpKind kind = OpKind::compute;
   std::vector<InputSlot> inputs;  // the input slots, in order
   // The input count when it depends on attributes: Convolution has 2 with no_bias=True,
@@ -120,14 +127,26 @@ class OpRegistry {
   // The registry with every built-in op.
   static OpRegistry& global();
 
-  void add(OpDef def);  // throws on a duplicate name
+  // Throws when the name or an alias is already taken by another op's name or alias.
+  void add(OpDef def);
+  // The op with this canonical name (what graph nodes hold); nullptr otherwise, also for
+  // an alias.
   const OpDef* find(std::string_view name) const;
-  // Throws ampfuse::Error "unknown op 'X'" (with close names suggested).
+  // As find, but throws ampfuse::Error: "unknown op 'X'" with the closest name suggested,
+  // or for an alias, that graphs hold the canonical name instead.
   const OpDef& get(std::string_view name) const;
-  std::vector<std::string> names() const;  // sorted
+  // The op named `name_or_alias`: what graph construction calls on names from outside
+  // (files, users), storing the result's canonical `name` in the node. Throws
+  // ampfuse::Error "unknown op 'X'" with the closest name or alias suggested.
+  const OpDef& resolve(std::string_view name_or_alias) const;
+  std::vector<std::string> names() const;  // canonical names, sorted
 
  private:
+  // Throws "unknown op 'X'" suggesting the closest name (with `aliases`, or alias).
+  [[noreturn]] void fail_unknown(std::string_view name, bool aliases) const;
+
   std::map<std::string, OpDef, std::less<>> ops_;
+  std::map<std::string, std::string, std::less<>> canonical_of_alias_;
 };
 
 // Typed attributes for `def` from MXNet's strings: parses declared ones, fills defaults,

@@ -77,7 +77,7 @@ struct IdBounds {
 bool passes_ids_through(const ir::OpDef& def, size_t slot) {
   if (def.name == "Cast" || def.name == "amp_cast") return true;
   if (def.kind != ir::OpKind::view && def.kind != ir::OpKind::data_movement) return false;
-  return slot == 0 || def.name == "Concat" || def.name == "concat" || def.name == "stack";
+  return slot == 0 || def.name == "Concat" || def.name == "stack";
 }
 
 class IdBoundFinder {
@@ -107,7 +107,7 @@ class IdBoundFinder {
     if (n.op == "Embedding" && u.slot == 0 && n.attrs.has("input_dim")) return IdBounds::uniform(n.attrs.get_int("input_dim"));
     if (n.op == "one_hot" && u.slot == 0 && n.attrs.has("depth")) return IdBounds::uniform(n.attrs.get_int("depth"));
     if (!passes_ids_through(*def, u.slot)) return {};
-    if ((n.op == "SliceChannel" || n.op == "split") && n.outputs.size() > 1) return split_bounds(v, u);
+    if (n.op == "SliceChannel" && n.outputs.size() > 1) return split_bounds(v, u);
     IdBounds b;
     for (size_t k = 0; k < n.outputs.size(); ++k) b.all = tighter(b.all, of({u.node, static_cast<int32_t>(k)}).folded());
     return b;

@@ -107,7 +107,7 @@ std::optional<Movable> movable(const ir::Graph& g, const ir::Node& n) {
   }
   // A split would need a transpose per output to move, more than the one it removes, so
   // only the join takes part.
-  if (n.op == "Concat" || n.op == "concat") {
+  if (n.op == "Concat") {
     for (size_t k = 1; k < n.inputs.size(); ++k) {
       if (g.type(n.inputs[k]).shape.size() != m.rank) return std::nullopt;
       m.inputs.push_back(k);

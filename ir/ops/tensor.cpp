@@ -28,17 +28,6 @@ OpDef make_op(std::string name, OpKind kind, AmpClass amp, bool fusable) {
   return d;
 }
 
-// MXNet registers some ops under a second name (flatten, concat, split...): the same
-// definition is registered under each.
-void add(OpRegistry& r, OpDef def, const std::vector<const char*>& aliases = {}) {
-  for (const char* alias : aliases) {
-    OpDef copy = def;
-    copy.name = alias;
-    r.add(std::move(copy));
-  }
-  r.add(std::move(def));
-}
-
 // A count attribute (num_args, num_outputs...) that sizes the inputs or outputs. The upper
 // bound keeps a typo from sizing vectors of billions of slots.
 std::function<int(const Attrs&)> count_from(std::string attr) {
@@ -77,14 +66,16 @@ void register_views(OpRegistry& r) {
       fail("the legacy attributes 'target_shape' / 'keep_highest' are not supported: use 'shape'");
     return reshape_output_shape(in, a.get_ints("shape"), a.get_bool("reverse"));
   });
-  add(r, reshape, {"reshape"});
+  reshape.aliases = {"reshape"};
+  r.add(std::move(reshape));
 
   OpDef flatten = make_op("Flatten", OpKind::view, AmpClass::neutral, true);
   flatten.infer = keep_dtype([](const Shape& in, const Attrs&) {
     if (in.empty()) fail("cannot flatten a 0-d input");
     return Shape{in[0], num_elements(Shape(in.begin() + 1, in.end()))};
   });
-  add(r, flatten, {"flatten"});
+  flatten.aliases = {"flatten"};
+  r.add(std::move(flatten));
 
   OpDef expand = make_op("expand_dims", OpKind::view, AmpClass::neutral, true);
   expand.attrs = {required("axis", AttrKind::Int)};
@@ -93,7 +84,7 @@ void register_views(OpRegistry& r) {
     out.insert(out.begin() + resolve_insert_axis(a.get_int("axis"), in, "axis"), 1);
     return out;
   });
-  add(r, expand);
+  r.add(std::move(expand));
 
   OpDef squeeze = make_op("squeeze", OpKind::view, AmpClass::neutral, true);
   squeeze.attrs = {none_default("axis", AttrKind::IntList)};
@@ -115,7 +106,7 @@ void register_views(OpRegistry& r) {
     if (out.empty()) out = {1};  // MXNet 1.x has no 0-d arrays
     return out;
   });
-  add(r, squeeze);
+  r.add(std::move(squeeze));
 }
 
 // ---- data movement -------------------------------------------------------------------
@@ -128,7 +119,7 @@ void register_permutes(OpRegistry& r) {
     for (int64_t d : transpose_permutation(in, a.get_ints("axes"))) out.push_back(in[d]);
     return out;
   });
-  add(r, transpose);
+  r.add(std::move(transpose));
 
   OpDef swap = make_op("SwapAxis", OpKind::data_movement, AmpClass::neutral, true);
   swap.attrs = {with_default("dim1", AttrKind::Int, int64_t{0}), with_default("dim2", AttrKind::Int, int64_t{0})};
@@ -137,7 +128,8 @@ void register_permutes(OpRegistry& r) {
     std::swap(out[resolve_axis(a.get_int("dim1"), in, "dim1")], out[resolve_axis(a.get_int("dim2"), in, "dim2")]);
     return out;
   });
-  add(r, swap, {"swapaxes"});
+  swap.aliases = {"swapaxes"};
+  r.add(std::move(swap));
 }
 
 void register_joins_and_splits(OpRegistry& r) {
@@ -159,7 +151,8 @@ void register_joins_and_splits(OpRegistry& r) {
     }
     ctx.outputs[0] = TensorType{dtype, out};
   };
-  add(r, concat, {"concat"});
+  concat.aliases = {"concat"};
+  r.add(std::move(concat));
 
   OpDef stack = make_op("stack", OpKind::data_movement, AmpClass::widest, false);
   stack.attrs = {required("num_args", AttrKind::Int), with_default("axis", AttrKind::Int, int64_t{0})};
@@ -176,7 +169,7 @@ void register_joins_and_splits(OpRegistry& r) {
                static_cast<int64_t>(ctx.inputs.size()));
     ctx.outputs[0] = TensorType{dtype, out};
   };
-  add(r, stack);
+  r.add(std::move(stack));
 
   OpDef split = make_op("SliceChannel", OpKind::data_movement, AmpClass::neutral, false);
   split.attrs = {required("num_outputs", AttrKind::Int), with_default("axis", AttrKind::Int, int64_t{1}),
@@ -199,7 +192,8 @@ void register_joins_and_splits(OpRegistry& r) {
     }
     for (auto& o : ctx.outputs) o = TensorType{in.dtype, out};
   };
-  add(r, split, {"split"});
+  split.aliases = {"split"};
+  r.add(std::move(split));
 }
 
 void register_slices(OpRegistry& r) {
@@ -207,7 +201,10 @@ void register_slices(OpRegistry& r) {
   slice.attrs = {required("begin", AttrKind::IntList), required("end", AttrKind::IntList),
                  with_default("step", AttrKind::IntList, no_ints())};
   slice.infer = keep_dtype([](const Shape& in, const Attrs& a) { return slice_output_shape(slice_dims(in, a)); });
-  add(r, slice, {"crop"});
+  // MXNet's `crop` is this op under another name (matrix_op.cc); its legacy `Crop` (two
+  // inputs, offset / h_w / center_crop) is a different op, not registered here.
+  slice.aliases = {"crop"};
+  r.add(std::move(slice));
 
   OpDef slice_axis = make_op("slice_axis", OpKind::data_movement, AmpClass::neutral, true);
   // MXNet requires `end` but accepts None there; absent is read as None too.
@@ -215,7 +212,7 @@ void register_slices(OpRegistry& r) {
                       none_default("end", AttrKind::Int)};
   slice_axis.infer =
       keep_dtype([](const Shape& in, const Attrs& a) { return slice_output_shape(slice_axis_dims(in, a)); });
-  add(r, slice_axis);
+  r.add(std::move(slice_axis));
 
   OpDef slice_like = make_op("slice_like", OpKind::data_movement, AmpClass::neutral, true);
   slice_like.inputs = {{"data"}, {"shape_like"}};
@@ -225,19 +222,20 @@ void register_slices(OpRegistry& r) {
     const TensorType& in = ctx.in(0);
     ctx.outputs[0] = TensorType{in.dtype, slice_output_shape(slice_like_dims(in.shape, ctx.in(1).shape, ctx.attrs))};
   };
-  add(r, slice_like);
+  r.add(std::move(slice_like));
 }
 
 void register_broadcasts(OpRegistry& r) {
   OpDef to = make_op("broadcast_to", OpKind::data_movement, AmpClass::neutral, true);
   to.attrs = {with_default("shape", AttrKind::IntList, no_ints())};
   to.infer = keep_dtype(broadcast_to_shape);
-  add(r, to);
+  r.add(std::move(to));
 
   OpDef axis = make_op("broadcast_axis", OpKind::data_movement, AmpClass::neutral, true);
   axis.attrs = {with_default("axis", AttrKind::IntList, no_ints()), with_default("size", AttrKind::IntList, no_ints())};
   axis.infer = keep_dtype(broadcast_axis_shape);
-  add(r, axis, {"broadcast_axes"});
+  axis.aliases = {"broadcast_axes"};
+  r.add(std::move(axis));
 
   OpDef like = make_op("broadcast_like", OpKind::data_movement, AmpClass::neutral, true);
   like.inputs = {{"lhs"}, {"rhs"}};
@@ -247,7 +245,7 @@ void register_broadcasts(OpRegistry& r) {
     const TensorType& lhs = ctx.in(0);
     ctx.outputs[0] = TensorType{lhs.dtype, broadcast_like_shape(lhs.shape, ctx.in(1).shape, ctx.attrs)};
   };
-  add(r, like);
+  r.add(std::move(like));
 }
 
 // ---- reductions ------------------------------------------------------------------------
@@ -256,7 +254,7 @@ void register_reductions(OpRegistry& r) {
   struct Reduction {
     const char* name;
     AmpClass amp;
-    std::vector<const char*> aliases;
+    std::vector<std::string> aliases;
   };
   // sum, mean and prod overflow in 16 bits, so MXNet's AMP lists run them in fp32;
   // max and min pick an element and are exact in any type.
@@ -270,7 +268,8 @@ void register_reductions(OpRegistry& r) {
     d.attrs = {none_default("axis", AttrKind::IntList), with_default("keepdims", AttrKind::Bool, false),
                with_default("exclude", AttrKind::Bool, false)};
     d.infer = keep_dtype([](const Shape& in, const Attrs& a) { return reduce_plan(in, a).out; });
-    add(r, d, red.aliases);
+    d.aliases = red.aliases;
+    r.add(std::move(d));
   }
 
   // The loss-scaling overflow check. init_output=False in MXNet ANDs into the previous
@@ -281,7 +280,7 @@ void register_reductions(OpRegistry& r) {
     ctx.in(0);  // throws if the input is unknown
     ctx.outputs[0] = TensorType{DType::f32, {1}};
   };
-  add(r, all_finite);
+  r.add(std::move(all_finite));
 
   OpDef multi = make_op("multi_all_finite", OpKind::reduction, AmpClass::neutral, false);
   multi.attrs = {with_default("num_arrays", AttrKind::Int, int64_t{1}), with_default("init_output", AttrKind::Bool, true)};
@@ -290,7 +289,7 @@ void register_reductions(OpRegistry& r) {
     for (size_t i = 0; i < ctx.inputs.size(); ++i) ctx.in(i);
     ctx.outputs[0] = TensorType{DType::f32, {1}};
   };
-  add(r, multi);
+  r.add(std::move(multi));
 }
 
 // ---- sources -----------------------------------------------------------------------------
@@ -312,7 +311,7 @@ void register_sources(OpRegistry& r) {
       if (shape.empty() || std::find(shape.begin(), shape.end(), 0) != shape.end()) return;
       ctx.outputs[0] = TensorType{ctx.attrs.get_dtype("dtype"), shape};
     };
-    add(r, d);
+    r.add(std::move(d));
   }
 }
 
@@ -353,7 +352,7 @@ void register_amp_multicast(OpRegistry& r) {
       ctx.outputs[i] = TensorType{t, ctx.in(i).shape};
     }
   };
-  add(r, d);
+  r.add(std::move(d));
 }
 
 }  // namespace
