@@ -69,7 +69,7 @@ KernelSpec flat_spec(const std::string& name, ir::ScalarProgram body, const std:
   s.outputs.push_back({"out", out, {1}});
   std::vector<DType> all = ins;
   all.push_back(out);
-  s.compute = codegen::default_compute_type(all);
+  s.compute = ir::compute_type(all);
   s.body = std::move(body);
   return s;
 }

@@ -3,9 +3,9 @@
 // An op's recipe is a function that, given its attributes, builds a small SSA program of
 // primitive scalar instructions over its inputs. The reference interpreter evaluates that
 // program, the LLVM emitter and the CUDA emitter translate it; nothing else may define
-// an op's math. Programs compute in one "compute type", f32 (or f64 when an input or
-// output is f64, or an integer type needs exactness up to 2^53), and store results
-// rounded to the output dtype.
+// an op's math. Programs compute in one "compute type" (ir::compute_type: f32, or f64 when
+// an input or output is f64, or an integer type needs exactness up to 2^53), and store
+// results rounded to the output dtype.
 #pragma once
 
 #include "ir/attrs.h"

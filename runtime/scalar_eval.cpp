@@ -372,8 +372,6 @@ void evaluate(const ScalarProgram& p, const IndexSpace& space, int64_t total, st
   }
 }
 
-bool needs_f64(DType t) { return t == DType::f64 || !ir::is_float(t); }
-
 }  // namespace
 
 std::vector<Tensor> eval_scalar_program(const ir::ScalarProgram& p, const std::vector<const Tensor*>& inputs,
@@ -389,7 +387,7 @@ std::vector<Tensor> eval_scalar_program(const ir::ScalarProgram& p, const std::v
     if (out_types[k].shape != out_shape)
       fail("output {} has shape {} but output 0 has {}; a scalar program's outputs share one shape", k,
            ir::shape_str(out_types[k].shape), ir::shape_str(out_shape));
-  bool wide = false;
+  std::vector<DType> operand_dtypes;
   for (size_t k = 0; k < inputs.size(); ++k) {
     const Tensor* t = inputs[k];
     if (!t || t->empty_storage()) fail("input {} of the scalar program has no data", k);
@@ -400,16 +398,16 @@ std::vector<Tensor> eval_scalar_program(const ir::ScalarProgram& p, const std::v
     if (!fits)
       fail("input {} has shape {}, which does not broadcast to the output shape {}", k, ir::shape_str(s),
            ir::shape_str(out_shape));
-    wide = wide || needs_f64(t->dtype());
+    operand_dtypes.push_back(t->dtype());
   }
-  for (const TensorType& t : out_types) wide = wide || needs_f64(t.dtype);
+  for (const TensorType& t : out_types) operand_dtypes.push_back(t.dtype);
 
   std::vector<Tensor> outputs;
   for (const TensorType& t : out_types) outputs.emplace_back(t);
   const int64_t total = ir::num_elements(out_shape);
   if (total == 0) return outputs;
   const IndexSpace space = make_index_space(out_shape, inputs);
-  if (wide) evaluate<double>(p, space, total, outputs);
+  if (ir::compute_type(operand_dtypes) == DType::f64) evaluate<double>(p, space, total, outputs);
   else evaluate<float>(p, space, total, outputs);
   return outputs;
 }

@@ -1,7 +1,5 @@
 #include "engine/planning/fusion_plan.h"
 
-#include "codegen/kernel_spec.h"
-
 #include "ir/error.h"
 #include "ir/op_registry.h"
 #include "ir/ops/tensor_shapes.h"
@@ -100,7 +98,7 @@ ir::DType node_compute_type(const Graph& g, int32_t n) {
   // A remap only moves values: its compute type just has to hold them exactly.
   if (fusion_role(node) != FusionRole::remap)
     for (ValueRef in : node.inputs) dtypes.push_back(g.type(in).dtype);
-  return codegen::default_compute_type(dtypes);
+  return ir::compute_type(dtypes);
 }
 
 FusionRole fusion_role(const Node& n) {

@@ -49,8 +49,8 @@ struct KernelOperand {
 struct FusedKernel {
   ir::Shape iteration;          // the iteration space
   // The type every node of the kernel computes in: the reference interpreter's choice for
-  // each of them (codegen::default_compute_type), so a kernel matches it bit for bit. Nodes
-  // with different compute types never share a kernel.
+  // each of them (ir::compute_type), so a kernel matches it bit for bit. Nodes with
+  // different compute types never share a kernel.
   ir::DType compute = ir::DType::f32;
   std::vector<int32_t> nodes;   // the graph nodes it computes, in graph order
   // For each node of `nodes`, the access map of its outputs (a permutation of the

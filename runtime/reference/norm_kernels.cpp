@@ -22,7 +22,7 @@ void batch_norm(const ir::Node& node, std::span<const Tensor> in, std::span<Tens
   const auto axis = static_cast<size_t>(ir::nn::normalize_axis(node.attrs.get_int("axis"), shape.size()));
   const int64_t outer = extent(shape, 0, axis), channels = shape[axis], inner = extent(shape, axis + 1, shape.size());
   const bool fix_gamma = node.attrs.get_bool("fix_gamma");
-  with_compute_type(in[0].dtype() == DType::f64, [&]<class T>() {
+  with_compute_type({in[0].dtype()}, [&]<class T>() {
     const T eps = static_cast<T>(node.attrs.get_float("eps"));
     std::vector<T> x = load<T>(in[0]);
     const std::vector<T> gamma = load<T>(in[1]), beta = load<T>(in[2]), mean = load<T>(in[3]), var = load<T>(in[4]);
@@ -48,7 +48,7 @@ void layer_norm(const ir::Node& node, std::span<const Tensor> in, std::span<Tens
   const ir::Shape& shape = in[0].shape();
   const auto axis = static_cast<size_t>(ir::nn::normalize_axis(node.attrs.get_int("axis"), shape.size()));
   const int64_t outer = extent(shape, 0, axis), n = shape[axis], inner = extent(shape, axis + 1, shape.size());
-  with_compute_type(in[0].dtype() == DType::f64, [&]<class T>() {
+  with_compute_type({in[0].dtype()}, [&]<class T>() {
     const T eps = static_cast<T>(node.attrs.get_float("eps"));
     std::vector<T> x = load<T>(in[0]);
     const std::vector<T> gamma = load<T>(in[1]), beta = load<T>(in[2]);
