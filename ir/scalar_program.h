@@ -44,7 +44,8 @@ int scalar_op_arity(ScalarOp op);  // 0 for input/constant
 //  - compares are IEEE: any compare with NaN is false except ne.
 //  - sign(NaN) = NaN, sign(+-0) = 0.
 //  - round_to(dtype): f16/bf16 round-to-nearest-even (ir/lowp.h); to an integer type:
-//    truncate toward zero, saturate at the type's range, NaN -> 0; to bool: x != 0.
+//    truncate toward zero, saturate at the type's range, NaN -> 0 (ir/int_conversion.h);
+//    to bool: x != 0.
 //  - exp, log, log1p, expm1, sqrt, rsqrt, erf, tanh, pow: as the C library computes them
 //    in the compute type (the interpreter's reference); fused code states its ULP bound.
 struct ScalarInstr {
