@@ -55,7 +55,24 @@ OpRegistry& OpRegistry::global() {
   return *registry;
 }
 
+namespace {
+
+// Declarations that contradict the op's own schema fail at registration, not in a pass.
+void check_declarations(const OpDef& d) {
+  if (d.remap_access && (d.inputs.size() != 1 || d.num_inputs))
+    fail("op '{}' declares a remap access map but does not have exactly one input", d.name);
+  if (const ChannelsLastRule* c = d.channels_last ? &*d.channels_last : nullptr;
+      c && c->channels != ChannelsLastRule::Channels::anywhere && !d.find_attr(c->attr))
+    fail("op '{}' names attribute '{}' in its channels-last rule but has no such attribute", d.name, c->attr);
+  if (d.table_index && (!d.find_attr(d.table_index->size_attr) || d.table_index->slot >= d.inputs.size()))
+    fail("op '{}' declares table index input {} sized by '{}', which it does not have", d.name, d.table_index->slot,
+         d.table_index->size_attr);
+}
+
+}  // namespace
+
 void OpRegistry::add(OpDef def) {
+  check_declarations(def);
   const auto taken = [&](const std::string& n) { return ops_.count(n) || canonical_of_alias_.count(n); };
   if (taken(def.name)) fail("op '{}' is registered twice", def.name);
   for (const std::string& alias : def.aliases) {
@@ -119,6 +136,8 @@ const OpDef& OpRegistry::resolve(std::string_view name_or_alias) const {
     return ops_.find(it->second)->second;
   fail_unknown(name_or_alias, true);
 }
+
+bool is_cast(const Node& n) { return !n.is_var() && OpRegistry::global().get(n.op).is_cast; }
 
 std::vector<std::string> OpRegistry::names() const {
   std::vector<std::string> out;

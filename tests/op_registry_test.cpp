@@ -1,13 +1,18 @@
 // What the op registry declares once and what reads it: aliases resolved to canonical names
-// when a graph is built (MXNet JSON, text IR, GraphBuilder).
+// when a graph is built (MXNet JSON, text IR, GraphBuilder), the cast query, the access maps
+// of remapping ops and the planner fusing them (crop, SwapAxis), the channels-last rules and
+// the table index, and declarations that contradict their op rejected at registration.
 #include "engine/passes/amp_pipeline.h"
 #include "engine/passes/cast_fold.h"
+#include "engine/planning/fusion_plan.h"
+#include "fuzz/differential.h"
 #include "ir/builder.h"
 #include "ir/mxnet_json.h"
 #include "ir/op_registry.h"
 #include "ir/text_format.h"
 #include "ir/type_inference.h"
 #include "ir/verifier.h"
+#include "tests/filecheck.h"
 #include "tests/test_util.h"
 
 #include <gtest/gtest.h>
@@ -153,6 +158,161 @@ TEST(OpRegistryAliases, CastAliasIsFoldedAndCountedLikeCast) {
 
   Graph folded = parse_graph(round_trip);
   EXPECT_EQ(engine::cast_fold(folded), 2);
+}
+
+// ---- what OpDefs declare ------------------------------------------------------------------
+
+TEST(OpRegistryDeclarations, CastsAreDeclared) {
+  EXPECT_TRUE(reg().get("Cast").is_cast);
+  EXPECT_TRUE(reg().get("amp_cast").is_cast);
+  for (const char* op : {"amp_multicast", "relu", "identity", "transpose"}) EXPECT_FALSE(reg().get(op).is_cast) << op;
+  const Graph g = parse_graph(R"(graph {
+    %x = var input : f32[4]
+    %a = amp_cast(%x) {dtype=f16}
+    %r = relu(%a)
+    return %r
+  })");
+  EXPECT_FALSE(is_cast(g.nodes[0]));  // a variable
+  EXPECT_TRUE(is_cast(g.nodes[1]));
+  EXPECT_FALSE(is_cast(g.nodes[2]));
+}
+
+TEST(OpRegistryDeclarations, RemapOpsDeclareTheirAccessMaps) {
+  for (const char* op : {"transpose", "SwapAxis", "slice", "slice_axis", "broadcast_to", "broadcast_axis"})
+    EXPECT_TRUE(static_cast<bool>(reg().get(op).remap_access)) << op;
+  // Views alias instead; the *_like ops read a second input's shape only; the rest compute.
+  for (const char* op : {"Reshape", "Concat", "slice_like", "broadcast_like", "relu", "Convolution"})
+    EXPECT_FALSE(static_cast<bool>(reg().get(op).remap_access)) << op;
+
+  // slice [1:7:3] of dim 1 of a [4,8]: output (i, j) reads input (i, 1 + 3j).
+  const Attrs a = parse_attrs(reg().get("slice"), {{"begin", "(0, 1)"}, {"end", "(4, 7)"}, {"step", "(1, 3)"}});
+  const AccessMap sliced = reg().get("slice").remap_access(a, {4, 8}, {4, 2});
+  EXPECT_EQ(sliced.iter_dim, (std::vector<int32_t>{0, 1}));
+  EXPECT_EQ(sliced.scale, (std::vector<int64_t>{1, 3}));
+  EXPECT_EQ(sliced.offset, (std::vector<int64_t>{0, 1}));
+
+  // SwapAxis dims 0 and 2 of [2,3,4]: input dim 0 walks with output dim 2 and vice versa.
+  const Attrs s = parse_attrs(reg().get("SwapAxis"), {{"dim1", "0"}, {"dim2", "-1"}});
+  const AccessMap swapped = reg().get("SwapAxis").remap_access(s, {2, 3, 4}, {4, 3, 2});
+  EXPECT_EQ(swapped.iter_dim, (std::vector<int32_t>{2, 1, 0}));
+  EXPECT_TRUE(AccessMap::identity(3).is_identity());
+  EXPECT_FALSE(swapped.is_identity());
+
+  // broadcast_to [3,1] -> [3,5]: dim 1 repeats.
+  const AccessMap repeated = reg().get("broadcast_to").remap_access({}, {3, 1}, {3, 5});
+  EXPECT_EQ(repeated.iter_dim, (std::vector<int32_t>{0, -1}));
+  EXPECT_EQ(repeated.scale, (std::vector<int64_t>{1, 0}));
+}
+
+TEST(OpRegistryDeclarations, ChannelsLastRules) {
+  using Channels = ChannelsLastRule::Channels;
+  const auto rule = [](const char* op) { return reg().get(op).channels_last; };
+  ASSERT_TRUE(rule("Convolution") && rule("Deconvolution"));
+  EXPECT_TRUE(rule("Convolution")->starts_region);
+  EXPECT_EQ(rule("Deconvolution")->channels, Channels::layout_attr);
+  ASSERT_TRUE(rule("Pooling"));
+  EXPECT_EQ(rule("Pooling")->channels, Channels::layout_attr);
+  EXPECT_EQ(rule("Pooling")->attr, "layout");
+  EXPECT_FALSE(rule("Pooling")->starts_region);
+  ASSERT_TRUE(rule("BatchNorm"));
+  EXPECT_EQ(rule("BatchNorm")->channels, Channels::axis_attr);
+  EXPECT_EQ(rule("BatchNorm")->attr, "axis");
+  EXPECT_FALSE(rule("BatchNorm")->every_input);  // gamma, beta and the statistics are per channel
+  ASSERT_TRUE(rule("Concat"));
+  EXPECT_EQ(rule("Concat")->attr, "dim");
+  EXPECT_TRUE(rule("Concat")->every_input);
+  ASSERT_TRUE(rule("amp_multicast"));
+  EXPECT_TRUE(rule("amp_multicast")->output_per_input);
+  for (const char* op : {"relu", "Cast", "broadcast_add", "LeakyReLU", "where"}) {
+    ASSERT_TRUE(rule(op)) << op;
+    EXPECT_EQ(rule(op)->channels, Channels::anywhere) << op;
+    EXPECT_TRUE(rule(op)->every_input) << op;
+  }
+  for (const char* op : {"transpose", "FullyConnected", "softmax", "LayerNorm", "Reshape", "SliceChannel"})
+    EXPECT_FALSE(rule(op)) << op;
+}
+
+TEST(OpRegistryDeclarations, EmbeddingIndexesItsTable) {
+  ASSERT_TRUE(reg().get("Embedding").table_index);
+  EXPECT_EQ(reg().get("Embedding").table_index->slot, 0u);
+  EXPECT_EQ(reg().get("Embedding").table_index->size_attr, "input_dim");
+  EXPECT_FALSE(reg().get("FullyConnected").table_index);
+}
+
+TEST(OpRegistryDeclarations, DeclarationsContradictingTheSchemaAreRejected) {
+  OpRegistry r;
+  OpDef two = plain_op("two_inputs");
+  two.inputs = {{"lhs"}, {"rhs"}};
+  two.remap_access = [](const Attrs&, const Shape& in, const Shape&) { return AccessMap::identity(in.size()); };
+  EXPECT_EQ(error_message([&] { r.add(two); }),
+            "op 'two_inputs' declares a remap access map but does not have exactly one input");
+
+  OpDef axis = plain_op("axis_less");
+  axis.channels_last = ChannelsLastRule{ChannelsLastRule::Channels::axis_attr, "axis"};
+  EXPECT_EQ(error_message([&] { r.add(axis); }),
+            "op 'axis_less' names attribute 'axis' in its channels-last rule but has no such attribute");
+
+  OpDef table = plain_op("table");
+  table.table_index = TableIndex{1, "input_dim"};
+  EXPECT_EQ(error_message([&] { r.add(table); }),
+            "op 'table' declares table index input 1 sized by 'input_dim', which it does not have");
+}
+
+// ---- the planner reads the access maps -----------------------------------------------------
+
+std::string plan_of(const Graph& g) { return engine::print_plan(g, engine::plan_fusion(g)); }
+
+// MXNet's `crop` is `slice` (the legacy two-input `Crop` is another op): once the alias is
+// resolved it fuses as a slice, its map folded into the kernel's load.
+TEST(OpRegistryFusion, CropFusesAsASliceAndMatchesTheInterpreter) {
+  Graph g = parse_graph(R"(graph {
+    %x = var input : f32[5,9,7]
+    %c = crop(%x) {begin=[1,2,0], end=[4,9,7], step=[1,3,1]}
+    %r = relu(%c)
+    %h = amp_cast(%r) {dtype=f16}
+    return %h
+  })");
+  infer_types(g);
+  EXPECT_FILECHECK(plan_of(g), R"(
+    CHECK: kernel 0 [3,3,7] nodes: %c=slice %r=relu %h=amp_cast
+    CHECK-SAME: in: %x(mapped)  out: %h
+    CHECK-NOT: kernel 1)");
+  const fuzz::DifferentialResult r = fuzz::compare_fused_with_interpreter(g, 1, 0);
+  EXPECT_TRUE(r.ok) << r.message;
+  EXPECT_EQ(r.kernels, 1);
+}
+
+TEST(OpRegistryFusion, SwapAxisFusesAsAPermutationAndMatchesTheInterpreter) {
+  Graph g = parse_graph(R"(graph {
+    %x = var input : bf16[4,3,6]
+    %w = amp_cast(%x) {dtype=f32}
+    %s = SwapAxis(%w) {dim1=0, dim2=2}
+    %y = _mul_scalar(%s) {scalar=1.5}
+    return %y
+  })");
+  infer_types(g);
+  EXPECT_FILECHECK(plan_of(g), R"(
+    CHECK: kernel 0 [4,3,6] nodes: %w=amp_cast %s=SwapAxis %y=_mul_scalar
+    CHECK-SAME: out: %y(permuted)
+    CHECK-NOT: kernel 1)");
+  const fuzz::DifferentialResult r = fuzz::compare_fused_with_interpreter(g, 2, 0);
+  EXPECT_TRUE(r.ok) << r.message;
+  EXPECT_EQ(r.kernels, 1);
+}
+
+// slice_like declares no access map: it runs as an external op, not as a remapping.
+TEST(OpRegistryFusion, OpsWithoutAnAccessMapStayExternal) {
+  Graph g = parse_graph(R"(graph {
+    %x = var input : f32[4,6]
+    %l = var input : f32[2,3]
+    %s = slice_like(%x, %l)
+    %r = relu(%s)
+    return %r
+  })");
+  infer_types(g);
+  EXPECT_FILECHECK(plan_of(g), R"(
+    CHECK: external %s=slice_like
+    CHECK: kernel 0 [2,3] nodes: %r=relu)");
 }
 
 }  // namespace

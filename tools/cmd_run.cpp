@@ -130,8 +130,7 @@ int count_shared_casts(const ir::Graph& g) {
   const std::map<ir::ValueRef, int> uses = ir::use_counts(g);
   int shared = 0;
   for (int32_t i = 0; i < static_cast<int32_t>(g.nodes.size()); ++i) {
-    const std::string& op = g.nodes[i].op;
-    if ((op == "amp_cast" || op == "Cast") && uses.count({i, 0}) && uses.at({i, 0}) > 1) ++shared;
+    if (ir::is_cast(g.nodes[i]) && uses.count({i, 0}) && uses.at({i, 0}) > 1) ++shared;
   }
   return shared;
 }

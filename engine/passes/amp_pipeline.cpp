@@ -5,6 +5,7 @@
 #include "engine/passes/dce.h"
 #include "engine/passes/layout_optimize.h"
 #include "engine/passes/pipeline.h"
+#include "ir/op_registry.h"
 #include "ir/type_inference.h"
 
 #include <algorithm>
@@ -13,10 +14,8 @@ namespace ampfuse::engine {
 
 namespace {
 
-bool is_cast(const ir::Node& n) { return n.op == "Cast" || n.op == "amp_cast"; }
-
 int count_casts(const ir::Graph& g) {
-  return static_cast<int>(std::count_if(g.nodes.begin(), g.nodes.end(), is_cast));
+  return static_cast<int>(std::count_if(g.nodes.begin(), g.nodes.end(), ir::is_cast));
 }
 
 int count_params_in(const ir::Graph& g, ir::DType t) {
@@ -27,7 +26,7 @@ int count_params_in(const ir::Graph& g, ir::DType t) {
 
 void count_precisions(const ir::Graph& g, ir::DType target, AmpStats& s) {
   for (const ir::Node& n : g.nodes) {
-    if (n.is_var() || is_cast(n)) continue;
+    if (n.is_var() || ir::is_cast(n)) continue;
     const auto any_output = [&](auto pred) { return std::any_of(n.outputs.begin(), n.outputs.end(), pred); };
     const bool low = any_output([&](const ir::TensorType& t) { return t.dtype == target; });
     const bool has_float = any_output([](const ir::TensorType& t) { return ir::is_float(t.dtype); });

@@ -113,6 +113,9 @@ OpDef elementwise_op(std::string name, std::vector<InputSlot> inputs, Amp amp) {
   d.inputs = std::move(inputs);
   d.amp_fp16 = amp.fp16;
   d.amp_bf16 = amp.bf16;
+  // Same-shape operands give the same elements in any layout (layout_optimize checks the
+  // shapes: a broadcast or a per-channel view would not commute with a transpose).
+  d.channels_last = ChannelsLastRule{ChannelsLastRule::Channels::anywhere, "", /*every_input=*/true};
   return d;
 }
 
@@ -390,6 +393,7 @@ void register_casts(OpRegistry& r) {
   cast.attrs = {required_attr("dtype", AttrKind::DType)};
   cast.infer = [](InferContext& c) { c.outputs[0] = TensorType{c.attrs.get_dtype("dtype"), c.in(0).shape}; };
   cast.recipe = identity_recipe();  // the store to the output dtype is the conversion
+  cast.is_cast = true;
   cast.aliases = {"cast"};
   r.add(std::move(cast));
 
@@ -404,6 +408,7 @@ void register_casts(OpRegistry& r) {
     c.outputs[0] = TensorType{retype ? to : in.dtype, in.shape};
   };
   amp_cast.recipe = identity_recipe();
+  amp_cast.is_cast = true;
   r.add(std::move(amp_cast));
 }
 

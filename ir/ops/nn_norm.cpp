@@ -64,6 +64,7 @@ OpDef batch_norm_def() {
   };
   d.amp_bf16 = d.amp_fp16 = AmpClass::neutral;
   d.keep_fp32_inputs_bf16 = d.keep_fp32_inputs_fp16 = {1, 2, 3, 4};
+  d.channels_last = ChannelsLastRule{ChannelsLastRule::Channels::axis_attr, "axis"};
   return d;
 }
 

@@ -111,6 +111,28 @@ void register_views(OpRegistry& r) {
 
 // ---- data movement -------------------------------------------------------------------
 
+// The access map of an op whose output dim j is input dim perm[j]: input dim perm[j] walks
+// with iteration dim j.
+AccessMap permutation_access(const std::vector<int64_t>& perm) {
+  AccessMap m = AccessMap::identity(perm.size());
+  for (size_t j = 0; j < perm.size(); ++j) m.iter_dim[perm[j]] = static_cast<int32_t>(j);
+  return m;
+}
+
+// A slice reads input index begin + step * o along each dim.
+AccessMap slice_access(const std::vector<SliceDim>& dims) {
+  AccessMap m = AccessMap::identity(dims.size());
+  for (size_t k = 0; k < dims.size(); ++k) m.scale[k] = dims[k].step, m.offset[k] = dims[k].begin;
+  return m;
+}
+
+std::vector<int64_t> swap_permutation(const Shape& in, const Attrs& a) {
+  std::vector<int64_t> perm(in.size());
+  for (size_t d = 0; d < perm.size(); ++d) perm[d] = static_cast<int64_t>(d);
+  std::swap(perm[resolve_axis(a.get_int("dim1"), in, "dim1")], perm[resolve_axis(a.get_int("dim2"), in, "dim2")]);
+  return perm;
+}
+
 void register_permutes(OpRegistry& r) {
   OpDef transpose = make_op("transpose", OpKind::data_movement, AmpClass::neutral, true);
   transpose.attrs = {with_default("axes", AttrKind::IntList, no_ints())};
@@ -119,15 +141,21 @@ void register_permutes(OpRegistry& r) {
     for (int64_t d : transpose_permutation(in, a.get_ints("axes"))) out.push_back(in[d]);
     return out;
   });
+  transpose.remap_access = [](const Attrs& a, const Shape& in, const Shape&) {
+    return permutation_access(transpose_permutation(in, a.get_ints("axes")));
+  };
   r.add(std::move(transpose));
 
   OpDef swap = make_op("SwapAxis", OpKind::data_movement, AmpClass::neutral, true);
   swap.attrs = {with_default("dim1", AttrKind::Int, int64_t{0}), with_default("dim2", AttrKind::Int, int64_t{0})};
   swap.infer = keep_dtype([](const Shape& in, const Attrs& a) {
-    Shape out = in;
-    std::swap(out[resolve_axis(a.get_int("dim1"), in, "dim1")], out[resolve_axis(a.get_int("dim2"), in, "dim2")]);
+    Shape out;
+    for (int64_t d : swap_permutation(in, a)) out.push_back(in[d]);
     return out;
   });
+  swap.remap_access = [](const Attrs& a, const Shape& in, const Shape&) {
+    return permutation_access(swap_permutation(in, a));
+  };
   swap.aliases = {"swapaxes"};
   r.add(std::move(swap));
 }
@@ -151,6 +179,7 @@ void register_joins_and_splits(OpRegistry& r) {
     }
     ctx.outputs[0] = TensorType{dtype, out};
   };
+  concat.channels_last = ChannelsLastRule{ChannelsLastRule::Channels::axis_attr, "dim", /*every_input=*/true};
   concat.aliases = {"concat"};
   r.add(std::move(concat));
 
@@ -192,6 +221,8 @@ void register_joins_and_splits(OpRegistry& r) {
     }
     for (auto& o : ctx.outputs) o = TensorType{in.dtype, out};
   };
+  // No channels_last rule: moving a split across a layout change would need a transpose
+  // per output, more than the one it removes (layout_optimize moves the join, Concat).
   split.aliases = {"split"};
   r.add(std::move(split));
 }
@@ -201,6 +232,7 @@ void register_slices(OpRegistry& r) {
   slice.attrs = {required("begin", AttrKind::IntList), required("end", AttrKind::IntList),
                  with_default("step", AttrKind::IntList, no_ints())};
   slice.infer = keep_dtype([](const Shape& in, const Attrs& a) { return slice_output_shape(slice_dims(in, a)); });
+  slice.remap_access = [](const Attrs& a, const Shape& in, const Shape&) { return slice_access(slice_dims(in, a)); };
   // MXNet's `crop` is this op under another name (matrix_op.cc); its legacy `Crop` (two
   // inputs, offset / h_w / center_crop) is a different op, not registered here.
   slice.aliases = {"crop"};
@@ -212,6 +244,9 @@ void register_slices(OpRegistry& r) {
                       none_default("end", AttrKind::Int)};
   slice_axis.infer =
       keep_dtype([](const Shape& in, const Attrs& a) { return slice_output_shape(slice_axis_dims(in, a)); });
+  slice_axis.remap_access = [](const Attrs& a, const Shape& in, const Shape&) {
+    return slice_access(slice_axis_dims(in, a));
+  };
   r.add(std::move(slice_axis));
 
   OpDef slice_like = make_op("slice_like", OpKind::data_movement, AmpClass::neutral, true);
@@ -229,18 +264,25 @@ void register_broadcasts(OpRegistry& r) {
   OpDef to = make_op("broadcast_to", OpKind::data_movement, AmpClass::neutral, true);
   to.attrs = {with_default("shape", AttrKind::IntList, no_ints())};
   to.infer = keep_dtype(broadcast_to_shape);
+  // Input and output have one rank; extent-1 dims of the input repeat.
+  const auto repeat_unit_dims = [](const Attrs&, const Shape& in, const Shape& out) {
+    return AccessMap::broadcast(in, out);
+  };
+  to.remap_access = repeat_unit_dims;
   r.add(std::move(to));
 
   OpDef axis = make_op("broadcast_axis", OpKind::data_movement, AmpClass::neutral, true);
   axis.attrs = {with_default("axis", AttrKind::IntList, no_ints()), with_default("size", AttrKind::IntList, no_ints())};
   axis.infer = keep_dtype(broadcast_axis_shape);
+  axis.remap_access = repeat_unit_dims;
   axis.aliases = {"broadcast_axes"};
   r.add(std::move(axis));
 
   OpDef like = make_op("broadcast_like", OpKind::data_movement, AmpClass::neutral, true);
   like.inputs = {{"lhs"}, {"rhs"}};
   like.attrs = {none_default("lhs_axes", AttrKind::IntList), none_default("rhs_axes", AttrKind::IntList)};
-  // rhs only lends its shape; the output has lhs's dtype.
+  // rhs only lends its shape; the output has lhs's dtype. No remap_access: a remapping
+  // reads one input, and the planner would load rhs for nothing.
   like.infer = [](InferContext& ctx) {
     const TensorType& lhs = ctx.in(0);
     ctx.outputs[0] = TensorType{lhs.dtype, broadcast_like_shape(lhs.shape, ctx.in(1).shape, ctx.attrs)};
@@ -344,6 +386,8 @@ void register_amp_multicast(OpRegistry& r) {
   d.attrs = {required("num_outputs", AttrKind::Int), with_default("cast_narrow", AttrKind::Bool, false)};
   d.num_inputs = count_from("num_outputs");
   d.num_outputs = count_from("num_outputs");
+  d.channels_last = ChannelsLastRule{ChannelsLastRule::Channels::anywhere, "", /*every_input=*/true,
+                                     /*output_per_input=*/true};
   d.infer = [](InferContext& ctx) {
     const DType target = multicast_target(ctx, ctx.attrs.get_bool("cast_narrow"));
     for (size_t i = 0; i < ctx.inputs.size(); ++i) {
