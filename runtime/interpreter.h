@@ -11,6 +11,7 @@
 #include "runtime/tensor.h"
 
 #include <map>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,13 @@ const Tensor& bound_variable(const ir::Node& n, const Bindings& vars);
 // the reference kernel otherwise. What interpret() does per node; the executor's fallback
 // for external ops. A result may share its buffer with an input (a view).
 std::vector<Tensor> run_node(const ir::Node& n, const std::vector<Tensor>& inputs);
+
+// Evaluates op node n's scalar recipe (OpDef::recipe) on `inputs`, each viewed as the op's
+// OpDef::broadcast_view says, into new tensors of `out_types` (one per recipe result). What
+// run_node does for ops whose recipe applies; a reference kernel that computes part of its
+// op with the recipe (BatchNorm's output_mean_var) calls it too.
+std::vector<Tensor> eval_recipe(const ir::Node& n, std::span<const Tensor> inputs,
+                                std::span<const TensorType> out_types);
 
 // Evaluates a scalar program elementwise. `inputs[i]` has `out_shape` or broadcasts to it
 // (numpy rules, right-aligned; size-1 extents broadcast). Outputs are allocated with
