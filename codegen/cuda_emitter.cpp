@@ -4,12 +4,14 @@
 
 #include "ir/dump.h"
 #include "ir/error.h"
+#include "ir/int_conversion.h"
 
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <bit>
 #include <cstdio>
+#include <limits>
 
 namespace ampfuse::codegen {
 
@@ -75,7 +77,8 @@ __device__ __forceinline__ float af_f64_to_f32_odd(double d) {
   return __uint_as_float(__float_as_uint(f) | 1u);
 }
 
-// Truncate toward zero, saturate at the type's range, NaN -> 0 (ir/scalar_program.h).
+// Truncate toward zero, saturate at the type's range, NaN -> 0 (ir/int_conversion.h; the
+// emitter passes the limits of ir::integer_range).
 template <class I, class T>
 __device__ __forceinline__ I af_saturate(T x, I lo_i, I hi_i) {
   if (x != x) return I(0);
@@ -128,6 +131,15 @@ std::string widen(const std::string& v, DType t, const std::string& c) {
   return "?";
 }
 
+// `v` as a C++ literal of a `bits`-wide integer type. A signed minimum has no literal (the
+// minus applies to a positive literal one past the maximum), so it is written -max - 1.
+std::string integer_literal(int64_t v, int bits) {
+  const char* suffix = bits == 64 ? "LL" : "";
+  if (v == std::numeric_limits<int64_t>::min()) return fmt::format("-9223372036854775807{} - 1", suffix);
+  if (v == std::numeric_limits<int32_t>::min()) return "-2147483647 - 1";
+  return fmt::format("{}{}", v, suffix);
+}
+
 // A compute-type value `x` rounded and stored as dtype `t`.
 std::string narrow(const std::string& x, DType t, bool f64_compute) {
   const std::string f32 = f64_compute ? fmt::format("af_f64_to_f32_odd({})", x) : x;
@@ -136,10 +148,14 @@ std::string narrow(const std::string& x, DType t, bool f64_compute) {
     case DType::f64: return fmt::format("static_cast<double>({})", x);
     case DType::f16: return fmt::format("af_f32_to_f16({})", f32);
     case DType::bf16: return fmt::format("af_f32_to_bf16({})", f32);
-    case DType::i8: return fmt::format("af_saturate<signed char>({}, static_cast<signed char>(-128), static_cast<signed char>(127))", x);
-    case DType::u8: return fmt::format("af_saturate<unsigned char>({}, static_cast<unsigned char>(0), static_cast<unsigned char>(255))", x);
-    case DType::i32: return fmt::format("af_saturate<int>({}, -2147483647 - 1, 2147483647)", x);
-    case DType::i64: return fmt::format("af_saturate<long long>({}, -9223372036854775807LL - 1, 9223372036854775807LL)", x);
+    case DType::i8:
+    case DType::u8:
+    case DType::i32:
+    case DType::i64: {
+      const ir::IntegerRange r = ir::integer_range(t);
+      return fmt::format("af_saturate<{}>({}, {}, {})", storage_type(t), x, integer_literal(r.min, r.bits),
+                         integer_literal(r.max, r.bits));
+    }
     case DType::boolean: return fmt::format("static_cast<unsigned char>({} != 0 ? 1 : 0)", x);
   }
   return "?";

@@ -1,6 +1,7 @@
 #include "codegen/dtype_lowering.h"
 
 #include "codegen/float_ops.h"
+#include "ir/int_conversion.h"
 
 namespace ampfuse::codegen {
 
@@ -43,9 +44,12 @@ llvm::Value* to_f32_for_lowp(llvm::IRBuilder<>& b, llvm::Value* v) {
   return v->getType()->isDoubleTy() ? f64_to_f32_round_to_odd(b, v) : v;
 }
 
-llvm::Value* float_to_int(llvm::IRBuilder<>& b, llvm::Value* v, llvm::Type* int_type, bool is_signed) {
-  const auto id = is_signed ? llvm::Intrinsic::fptosi_sat : llvm::Intrinsic::fptoui_sat;
-  return b.CreateIntrinsic(id, {int_type, v->getType()}, {v});
+// ir/int_conversion.h's rule (NaN -> 0, truncate, saturate) is llvm.fpto[su]i.sat's
+// definition, at the width and signedness ir gives the type.
+llvm::Value* float_to_int(llvm::IRBuilder<>& b, llvm::Value* v, DType to) {
+  const ir::IntegerRange range = ir::integer_range(to);
+  const auto id = range.is_signed ? llvm::Intrinsic::fptosi_sat : llvm::Intrinsic::fptoui_sat;
+  return b.CreateIntrinsic(id, {b.getIntNTy(range.bits), v->getType()}, {v});
 }
 
 }  // namespace
@@ -93,10 +97,10 @@ llvm::Value* narrow_from_compute(llvm::IRBuilder<>& b, llvm::Value* v, DType to)
     case DType::f16:
       return b.CreateBitCast(b.CreateFPTrunc(to_f32_for_lowp(b, v), b.getHalfTy()), b.getInt16Ty());
     case DType::bf16: return f32_to_bf16(b, to_f32_for_lowp(b, v));
-    case DType::i8: return float_to_int(b, v, b.getInt8Ty(), true);
-    case DType::u8: return float_to_int(b, v, b.getInt8Ty(), false);
-    case DType::i32: return float_to_int(b, v, b.getInt32Ty(), true);
-    case DType::i64: return float_to_int(b, v, b.getInt64Ty(), true);
+    case DType::i8:
+    case DType::u8:
+    case DType::i32:
+    case DType::i64: return float_to_int(b, v, to);
     case DType::boolean:
       return b.CreateZExt(b.CreateFCmpUNE(v, llvm::ConstantFP::get(v->getType(), 0.0)), b.getInt8Ty());
   }

@@ -176,12 +176,6 @@ void KernelSpec::validate() const {
 
 std::string KernelSpec::cache_key() const { return signature(*this).key(); }
 
-ir::DType default_compute_type(const std::vector<ir::DType>& operand_dtypes) {
-  for (ir::DType t : operand_dtypes)
-    if (t == ir::DType::f64 || !ir::is_float(t)) return ir::DType::f64;
-  return ir::DType::f32;
-}
-
 std::vector<int64_t> row_major_strides(const std::vector<int64_t>& shape) {
   std::vector<int64_t> strides(shape.size());
   int64_t s = 1;

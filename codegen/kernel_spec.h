@@ -61,10 +61,6 @@ struct KernelSpec {
   std::string cache_key() const;
 };
 
-// The compute type the reference evaluator (runtime/scalar_eval.cpp) uses for operands of
-// these dtypes: f64 when any is f64 or an integer or bool type, f32 otherwise.
-ir::DType default_compute_type(const std::vector<ir::DType>& operand_dtypes);
-
 // Row-major strides of a dense tensor of `shape`, in elements.
 std::vector<int64_t> row_major_strides(const std::vector<int64_t>& shape);
 

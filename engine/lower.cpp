@@ -10,6 +10,7 @@
 #include "engine/passes/typed_graph.h"
 #include "ir/dump.h"
 #include "ir/error.h"
+#include "ir/op_registry.h"
 #include "ir/text_format.h"
 #include "ir/type_inference.h"
 
@@ -21,10 +22,8 @@ namespace ampfuse::engine {
 
 namespace {
 
-bool is_cast(const ir::Node& n) { return n.op == "Cast" || n.op == "amp_cast"; }
-
 int count_casts(const ir::Graph& g) {
-  return static_cast<int>(std::count_if(g.nodes.begin(), g.nodes.end(), is_cast));
+  return static_cast<int>(std::count_if(g.nodes.begin(), g.nodes.end(), ir::is_cast));
 }
 
 int count_params_in(const ir::Graph& g, ir::DType t) {
@@ -38,13 +37,13 @@ int count_shared_casts(const ir::Graph& g) {
   const std::map<ir::ValueRef, int> uses = ir::use_counts(g);
   int shared = 0;
   for (int32_t i = 0; i < static_cast<int32_t>(g.nodes.size()); ++i)
-    if (is_cast(g.nodes[i]) && uses.count({i, 0}) && uses.at({i, 0}) > 1) ++shared;
+    if (ir::is_cast(g.nodes[i]) && uses.count({i, 0}) && uses.at({i, 0}) > 1) ++shared;
   return shared;
 }
 
 void count_precisions(const ir::Graph& g, ir::DType target, AmpStats& s) {
   for (const ir::Node& n : g.nodes) {
-    if (n.is_var() || is_cast(n)) continue;
+    if (n.is_var() || ir::is_cast(n)) continue;
     const auto any_output = [&](auto pred) { return std::any_of(n.outputs.begin(), n.outputs.end(), pred); };
     const bool low = any_output([&](const ir::TensorType& t) { return t.dtype == target; });
     const bool has_float = any_output([](const ir::TensorType& t) { return ir::is_float(t.dtype); });

@@ -26,10 +26,10 @@ ValueRef GraphBuilder::aux(const std::string& name, std::optional<TensorType> ty
 
 std::vector<ValueRef> GraphBuilder::op_multi(const std::string& op, std::vector<ValueRef> inputs,
                                              std::map<std::string, std::string> attrs, std::string name) {
-  const OpDef& def = OpRegistry::global().get(op);
+  const OpDef& def = OpRegistry::global().resolve(op);
   if (name.empty()) name = fmt::format("{}{}", op, name_counts_[op]++);
   Node n;
-  n.op = op;
+  n.op = def.name;  // canonical: an alias (`cast`) ends here
   n.name = name;
   n.inputs = std::move(inputs);
   n.attrs = with_context(fmt::format("node '{}' ({})", name, op), [&] { return parse_attrs(def, attrs); });

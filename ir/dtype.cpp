@@ -36,6 +36,12 @@ bool is_float(DType t) {
 }
 bool is_lowp(DType t) { return t == DType::f16 || t == DType::bf16; }
 
+DType compute_type(std::span<const DType> operand_dtypes) {
+  for (DType t : operand_dtypes)
+    if (t == DType::f64 || !is_float(t)) return DType::f64;
+  return DType::f32;
+}
+
 int64_t num_elements(const Shape& s) {
   int64_t n = 1;
   for (int64_t d : s) {

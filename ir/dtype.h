@@ -3,7 +3,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -26,6 +28,16 @@ std::optional<DType> parse_dtype(std::string_view s);
 size_t dtype_size(DType t);
 bool is_float(DType t);  // f32, f16, bf16, f64
 bool is_lowp(DType t);   // f16, bf16: the AMP targets
+
+// The type a computation over operands of these dtypes runs in, f32 or f64: f64 when any
+// operand is f64, an integer or bool (f32 holds integers exactly only up to 2^24, f64 up
+// to 2^53), else f32 (f16 and bf16 widen to it exactly). The one definition: the
+// interpreter evaluates recipes and its reference kernels compute in it, and the fusion
+// planner gives each kernel its nodes' common compute type, which both code generators use.
+DType compute_type(std::span<const DType> operand_dtypes);
+inline DType compute_type(std::initializer_list<DType> operand_dtypes) {
+  return compute_type(std::span<const DType>(operand_dtypes.begin(), operand_dtypes.size()));
+}
 
 using Shape = std::vector<int64_t>;
 

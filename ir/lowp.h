@@ -18,6 +18,12 @@
 //   below 2^-14 -> subnormal: add the f32 value 0.5 (a magic number whose ulp is 2^-24,
 //     the f16 subnormal step), so the FPU's own round-to-nearest-even does the rounding,
 //     and read the low bits.
+//
+// The f16 conversions compute every case and then select one, without branches, so that
+// loops over them vectorize (the loss scaler's unscale, engine/api/loss_scaler.cpp; GCC
+// vectorizes the float add of the subnormal case only with -fno-trapping-math). The cases
+// not selected may compute garbage from the input (the rebias of a NaN, 0.5 + a huge
+// value); it is discarded, and no FP exception flag is read anywhere.
 #pragma once
 
 #include <bit>
@@ -38,30 +44,36 @@ inline float bf16_bits_to_f32(uint16_t h) {
 }
 
 inline uint16_t f32_to_f16_bits(float x) {
-  uint32_t u = std::bit_cast<uint32_t>(x);
-  const uint16_t sign = static_cast<uint16_t>((u >> 16) & 0x8000u);
+  const uint32_t u = std::bit_cast<uint32_t>(x);
+  const uint32_t sign = (u >> 16) & 0x8000u;
   const uint32_t a = u & 0x7FFFFFFFu;
-  if (a > 0x7F800000u) return sign | 0x7E00u | static_cast<uint16_t>((a >> 13) & 0x1FFu);  // NaN
-  if (a >= 0x477FF000u) return sign | 0x7C00u;  // >= 65520 rounds to Inf (Inf included)
-  if (a >= 0x38800000u) {                        // >= 2^-14: normal f16
-    uint32_t r = a - ((127u - 15u) << 23);       // rebias exponent
-    r += 0xFFFu + ((r >> 13) & 1u);
-    return sign | static_cast<uint16_t>(r >> 13);
-  }
   // Subnormal (or zero): 0.5f + |x| rounds |x| to a multiple of 2^-24 with the FPU's RNE.
-  const float sum = std::bit_cast<float>(a) + 0.5f;
-  return sign | static_cast<uint16_t>(std::bit_cast<uint32_t>(sum) - 0x3F000000u);
+  const uint32_t subnormal = std::bit_cast<uint32_t>(std::bit_cast<float>(a) + 0.5f) - 0x3F000000u;
+  // Normal: rebias the exponent, round the 13 dropped bits to nearest even.
+  uint32_t r = a - ((127u - 15u) << 23);
+  r += 0xFFFu + ((r >> 13) & 1u);
+  const uint32_t normal = r >> 13;
+  const uint32_t nan = 0x7E00u | ((a >> 13) & 0x1FFu);  // quiet, top payload bits kept
+  uint32_t v = subnormal;
+  v = a >= 0x38800000u ? normal : v;   // >= 2^-14: normal f16
+  v = a >= 0x477FF000u ? 0x7C00u : v;  // >= 65520 rounds to Inf (Inf included)
+  v = a > 0x7F800000u ? nan : v;
+  return static_cast<uint16_t>(sign | v);
 }
 
 inline float f16_bits_to_f32(uint16_t h) {
   const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
   const uint32_t exp = (h >> 10) & 0x1Fu;
   const uint32_t man = h & 0x3FFu;
-  if (exp == 0x1F) return std::bit_cast<float>(sign | 0x7F800000u | (man << 13));  // Inf/NaN
-  if (exp != 0) return std::bit_cast<float>(sign | ((exp + 112u) << 23) | (man << 13));
-  // Zero or subnormal: man * 2^-24, exact in f32.
-  const float mag = static_cast<float>(man) * 0x1p-24f;
-  return std::bit_cast<float>(sign | std::bit_cast<uint32_t>(mag));
+  const uint32_t inf_nan = sign | 0x7F800000u | (man << 13);
+  const uint32_t normal = sign | ((exp + 112u) << 23) | (man << 13);
+  // Zero or subnormal: man * 2^-24, exact in f32 (converted as a signed int, which
+  // vectorizes where an unsigned conversion does not).
+  const uint32_t subnormal = sign | std::bit_cast<uint32_t>(static_cast<float>(static_cast<int32_t>(man)) * 0x1p-24f);
+  uint32_t bits = subnormal;
+  bits = exp != 0 ? normal : bits;
+  bits = exp == 0x1Fu ? inf_nan : bits;
+  return std::bit_cast<float>(bits);
 }
 
 // f64 -> f16 / bf16 without double rounding: narrow to f32 with round-to-odd (truncate,

@@ -175,9 +175,9 @@ class Importer {
   }
 
   void read_op(const json& jn, const std::string& op, const std::string& name, size_t i) {
-    const OpDef& def = registry_.get(op);
+    const OpDef& def = registry_.resolve(op);
     Node n;
-    n.op = op;
+    n.op = def.name;  // canonical: an alias (`cast`) ends here
     n.name = name;
     const auto raw = read_raw_attrs(jn);
     std::map<std::string, std::string> params;

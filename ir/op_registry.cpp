@@ -55,8 +55,30 @@ OpRegistry& OpRegistry::global() {
   return *registry;
 }
 
+namespace {
+
+// Declarations that contradict the op's own schema fail at registration, not in a pass.
+void check_declarations(const OpDef& d) {
+  if (d.remap_access && (d.inputs.size() != 1 || d.num_inputs))
+    fail("op '{}' declares a remap access map but does not have exactly one input", d.name);
+  if (const ChannelsLastRule* c = d.channels_last ? &*d.channels_last : nullptr;
+      c && c->channels != ChannelsLastRule::Channels::anywhere && !d.find_attr(c->attr))
+    fail("op '{}' names attribute '{}' in its channels-last rule but has no such attribute", d.name, c->attr);
+  if (d.table_index && (!d.find_attr(d.table_index->size_attr) || d.table_index->slot >= d.inputs.size()))
+    fail("op '{}' declares table index input {} sized by '{}', which it does not have", d.name, d.table_index->slot,
+         d.table_index->size_attr);
+}
+
+}  // namespace
+
 void OpRegistry::add(OpDef def) {
-  if (ops_.count(def.name)) fail("op '{}' is registered twice", def.name);
+  check_declarations(def);
+  const auto taken = [&](const std::string& n) { return ops_.count(n) || canonical_of_alias_.count(n); };
+  if (taken(def.name)) fail("op '{}' is registered twice", def.name);
+  for (const std::string& alias : def.aliases) {
+    if (alias == def.name || taken(alias)) fail("alias '{}' of op '{}' is already a name or alias", alias, def.name);
+    canonical_of_alias_.emplace(alias, def.name);
+  }
   std::string name = def.name;
   ops_.emplace(std::move(name), std::move(def));
 }
@@ -83,17 +105,39 @@ size_t edit_distance(std::string_view a, std::string_view b) {
 }
 }  // namespace
 
-const OpDef& OpRegistry::get(std::string_view name) const {
-  if (const OpDef* d = find(name)) return *d;
+// The suggestion is the closest name within 3 edits; of equally close ones, canonical
+// names before aliases, each in sorted order.
+void OpRegistry::fail_unknown(std::string_view name, bool aliases) const {
   std::string best;
   size_t best_d = 4;
-  for (const auto& [n, _] : ops_) {
-    size_t d = edit_distance(name, n);
-    if (d < best_d) best_d = d, best = n;
-  }
-  if (!best.empty()) fail("unknown op '{}' (did you mean '{}'?)", name, best);
+  const auto consider = [&](const std::string& candidate, std::string shown) {
+    const size_t d = edit_distance(name, candidate);
+    if (d < best_d) best_d = d, best = std::move(shown);
+  };
+  for (const auto& [n, _] : ops_) consider(n, fmt::format("'{}'", n));
+  if (aliases)
+    for (const auto& [alias, canonical] : canonical_of_alias_)
+      consider(alias, fmt::format("'{}' (an alias of '{}')", alias, canonical));
+  if (!best.empty()) fail("unknown op '{}' (did you mean {}?)", name, best);
   fail("unknown op '{}'", name);
 }
+
+const OpDef& OpRegistry::get(std::string_view name) const {
+  if (const OpDef* d = find(name)) return *d;
+  if (auto it = canonical_of_alias_.find(name); it != canonical_of_alias_.end())
+    fail("op '{}' is an alias of '{}': graphs hold canonical op names (resolve aliases when building them)", name,
+         it->second);
+  fail_unknown(name, false);
+}
+
+const OpDef& OpRegistry::resolve(std::string_view name_or_alias) const {
+  if (const OpDef* d = find(name_or_alias)) return *d;
+  if (auto it = canonical_of_alias_.find(name_or_alias); it != canonical_of_alias_.end())
+    return ops_.find(it->second)->second;
+  fail_unknown(name_or_alias, true);
+}
+
+bool is_cast(const Node& n) { return !n.is_var() && OpRegistry::global().get(n.op).is_cast; }
 
 std::vector<std::string> OpRegistry::names() const {
   std::vector<std::string> out;

@@ -2,13 +2,22 @@
 //
 // An OpDef holds everything the rest of the system asks of an op: its inputs and outputs,
 // its attribute schema, type and shape inference, its AMP class per target dtype, whether
-// the fusion planner may fuse it, and for elementwise ops the scalar recipe that the
-// interpreter and both code generators lower. Ops are registered by the register_*_ops
+// the fusion planner may fuse it, for elementwise ops the scalar recipe that the
+// interpreter and both code generators lower, and what passes would otherwise recognise
+// it by name for (a cast? an index remapping, with which access map? how does it run
+// channels-last?). Ops are registered by the register_*_ops
 // functions (ir/ops/*.cpp), called once by OpRegistry::global().
+//
+// An op has one canonical name; MXNet's other spellings of it (`cast` for Cast, `crop`
+// for slice) are declared as its aliases. Graph construction (MXNet JSON import, the text
+// parser, GraphBuilder, traced blocks) resolves an alias to the canonical name, so a graph
+// never holds one and no pass or kernel table needs to know them.
 #pragma once
 
+#include "ir/access_map.h"
 #include "ir/attrs.h"
 #include "ir/dtype.h"
+#include "ir/graph.h"
 #include "ir/scalar_program.h"
 
 #include <functional>
@@ -69,8 +78,42 @@ struct InferContext {
 };
 using InferFn = std::function<void(InferContext&)>;
 
+// How an op runs on channels-last data, for layout_optimize (engine/passes/layout_optimize.h):
+// data of rank 3 to 5 with its channels at axis 1, (N, C, spatial...), stored as
+// (N, spatial..., C) instead. Ops without a rule are never moved across a layout change.
+struct ChannelsLastRule {
+  // What tells the op where the channels are.
+  enum class Channels : uint8_t {
+    anywhere,     // nothing: each output element comes from the input elements at its own
+                  // index (elementwise ops whose inputs all have the output's shape, casts)
+    layout_attr,  // attribute `attr` names the layout, "NCHW" or "NHWC" (Convolution, Pooling)
+    axis_attr,    // attribute `attr` is an axis of the data, moved with it (BatchNorm's
+                  // axis, Concat's dim)
+  };
+  Channels channels = Channels::anywhere;
+  std::string attr;
+  // Which inputs hold the data: every input (Concat's pieces, an elementwise op's operands)
+  // or input 0 alone; the others (weights, per-channel statistics) keep their layout.
+  bool every_input = false;
+  // Output k holds input k's data (amp_multicast); otherwise output 0 alone does
+  // (BatchNorm's mean and inverse-std outputs are per channel).
+  bool output_per_input = false;
+  // Convolution and Deconvolution: channels-last on their own (oneDNN's faster layout), so
+  // regions start at them; their weight (input 1) is permuted like the data (OIHW -> OHWI).
+  bool starts_region = false;
+};
+
+// An input that indexes a table (Embedding's data): meaningful values are the integers
+// 0 .. N-1, N being the value of attribute `size_attr` (input_dim).
+struct TableIndex {
+  size_t slot = 0;
+  std::string size_attr;
+};
+
 struct OpDef {
-  std::string name;
+  std::string name;  // canonical
+  // MXNet's other names for the op; resolve() maps them to `name`.
+  std::vector<std::string> aliases;
   OpKind kind = OpKind::compute;
   std::vector<InputSlot> inputs;  // the input slots, in order
   // The input count when it depends on attributes: Convolution has 2 with no_bias=True,
@@ -106,6 +149,17 @@ struct OpDef {
   // (N,) becomes [N,1,...]. Unset, or returning `in`: plain numpy broadcasting. Whoever
   // evaluates or fuses a recipe must apply it (eval_scalar_program does not know the op).
   std::function<Shape(const Attrs&, size_t i, const Shape& in, const Shape& out)> broadcast_view;
+  // Ops that only re-index their one input (transpose, slice, broadcast_to...): for an
+  // input of shape `in` and an output of shape `out`, which input element each output
+  // element copies. The planner fuses such ops as remappings (engine/planning/fusion_plan.h):
+  // the map moves into a kernel's loads or stores and the op computes nothing.
+  std::function<AccessMap(const Attrs&, const Shape& in, const Shape& out)> remap_access;
+
+  // A conversion of input 0 to the output's dtype and nothing else (Cast, amp_cast): what
+  // the AMP passes and cast folding treat as a cast, and the AMP statistics count.
+  bool is_cast = false;
+  std::optional<ChannelsLastRule> channels_last;  // unset: layout_optimize never moves the op
+  std::optional<TableIndex> table_index;          // Embedding's indices
 
   int input_count(const Attrs& a) const;
   // Slot i; slots past the declared ones repeat the last (variadic ops).
@@ -120,15 +174,30 @@ class OpRegistry {
   // The registry with every built-in op.
   static OpRegistry& global();
 
-  void add(OpDef def);  // throws on a duplicate name
+  // Throws when the name or an alias is already taken by another op's name or alias.
+  void add(OpDef def);
+  // The op with this canonical name (what graph nodes hold); nullptr otherwise, also for
+  // an alias.
   const OpDef* find(std::string_view name) const;
-  // Throws ampfuse::Error "unknown op 'X'" (with close names suggested).
+  // As find, but throws ampfuse::Error: "unknown op 'X'" with the closest name suggested,
+  // or for an alias, that graphs hold the canonical name instead.
   const OpDef& get(std::string_view name) const;
-  std::vector<std::string> names() const;  // sorted
+  // The op named `name_or_alias`: what graph construction calls on names from outside
+  // (files, users), storing the result's canonical `name` in the node. Throws
+  // ampfuse::Error "unknown op 'X'" with the closest name or alias suggested.
+  const OpDef& resolve(std::string_view name_or_alias) const;
+  std::vector<std::string> names() const;  // canonical names, sorted
 
  private:
+  // Throws "unknown op 'X'" suggesting the closest name (with `aliases`, or alias).
+  [[noreturn]] void fail_unknown(std::string_view name, bool aliases) const;
+
   std::map<std::string, OpDef, std::less<>> ops_;
+  std::map<std::string, std::string, std::less<>> canonical_of_alias_;
 };
+
+// Whether op node `n` is a cast (OpDef::is_cast); false for variables.
+bool is_cast(const Node& n);
 
 // Typed attributes for `def` from MXNet's strings: parses declared ones, fills defaults,
 // drops ignored ones, and throws on a missing required or an undeclared attribute

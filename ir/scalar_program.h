@@ -3,9 +3,9 @@
 // An op's recipe is a function that, given its attributes, builds a small SSA program of
 // primitive scalar instructions over its inputs. The reference interpreter evaluates that
 // program, the LLVM emitter and the CUDA emitter translate it; nothing else may define
-// an op's math. Programs compute in one "compute type", f32 (or f64 when an input or
-// output is f64, or an integer type needs exactness up to 2^53), and store results
-// rounded to the output dtype.
+// an op's math. Programs compute in one "compute type" (ir::compute_type: f32, or f64 when
+// an input or output is f64, or an integer type needs exactness up to 2^53), and store
+// results rounded to the output dtype.
 #pragma once
 
 #include "ir/attrs.h"
@@ -44,7 +44,8 @@ int scalar_op_arity(ScalarOp op);  // 0 for input/constant
 //  - compares are IEEE: any compare with NaN is false except ne.
 //  - sign(NaN) = NaN, sign(+-0) = 0.
 //  - round_to(dtype): f16/bf16 round-to-nearest-even (ir/lowp.h); to an integer type:
-//    truncate toward zero, saturate at the type's range, NaN -> 0; to bool: x != 0.
+//    truncate toward zero, saturate at the type's range, NaN -> 0 (ir/int_conversion.h);
+//    to bool: x != 0.
 //  - exp, log, log1p, expm1, sqrt, rsqrt, erf, tanh, pow: as the C library computes them
 //    in the compute type (the interpreter's reference); fused code states its ULP bound.
 struct ScalarInstr {

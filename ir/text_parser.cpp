@@ -125,9 +125,9 @@ class Parser {
 
   // `(ARGS) [{ATTRS}] [hints] [: TYPES]` after the op name. Returns the output count.
   int op_rest(Node& n, const Token& op) {
-    n.op = op.text;
+    const OpDef& def = located(op, [&]() -> const OpDef& { return reg_.resolve(op.text); });
+    n.op = def.name;  // canonical: an alias (`cast`) ends here
     const std::string label = fmt::format("node '{}' ({})", n.name, n.op);
-    const OpDef& def = located(op, [&]() -> const OpDef& { return reg_.get(n.op); });
     expect_punct("(");
     if (!is_punct(peek(), ")")) {
       n.inputs.push_back(value_ref());

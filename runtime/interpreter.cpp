@@ -20,26 +20,6 @@ std::string node_label(const ir::Graph& g, int32_t i) {
   return fmt::format("node {} '{}' ({})", i, n.name, n.op);
 }
 
-std::vector<Tensor> run_recipe(const ir::OpDef& def, const ir::Node& n, const std::vector<Tensor>& inputs) {
-  ir::ScalarBuilder b(static_cast<int>(inputs.size()));
-  const std::vector<ir::ScalarBuilder::Val> results = def.recipe(b, n.attrs);
-  if (results.size() != n.outputs.size())
-    fail("the scalar recipe of {} gives {} results for {} outputs", n.op, results.size(), n.outputs.size());
-  const ir::ScalarProgram program = b.finish(results);
-  // Inputs that broadcast other than numpy-style (PReLU's per-channel gamma) are viewed
-  // in the op's own alignment first; eval_scalar_program only knows numpy rules.
-  std::vector<Tensor> viewed;
-  viewed.reserve(inputs.size());
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    const Shape view = def.broadcast_view ? def.broadcast_view(n.attrs, i, inputs[i].shape(), n.outputs[0].shape)
-                                          : inputs[i].shape();
-    viewed.push_back(view == inputs[i].shape() ? inputs[i] : inputs[i].reshaped(view));
-  }
-  std::vector<const Tensor*> in;
-  for (const Tensor& t : viewed) in.push_back(&t);
-  return eval_scalar_program(program, in, n.outputs);
-}
-
 std::vector<Tensor> run_kernel(const ir::Node& n, const std::vector<Tensor>& inputs) {
   const ReferenceKernel* kernel = find_reference_kernel(n.op);
   if (!kernel) fail("op '{}' has no reference kernel", n.op);
@@ -73,10 +53,33 @@ std::vector<Tensor> run_op(const ir::Node& n, const std::vector<std::vector<Tens
 
 }  // namespace
 
+std::vector<Tensor> eval_recipe(const ir::Node& n, std::span<const Tensor> inputs,
+                                std::span<const TensorType> out_types) {
+  const ir::OpDef& def = ir::OpRegistry::global().get(n.op);
+  if (!def.recipe) fail("{} has no scalar recipe", n.op);
+  ir::ScalarBuilder b(static_cast<int>(inputs.size()));
+  const std::vector<ir::ScalarBuilder::Val> results = def.recipe(b, n.attrs);
+  if (results.size() != out_types.size())
+    fail("the scalar recipe of {} gives {} results for {} outputs", n.op, results.size(), out_types.size());
+  const ir::ScalarProgram program = b.finish(results);
+  // Inputs that broadcast other than numpy-style (PReLU's per-channel gamma) are viewed
+  // in the op's own alignment first; eval_scalar_program only knows numpy rules.
+  std::vector<Tensor> viewed;
+  viewed.reserve(inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const Shape view = def.broadcast_view ? def.broadcast_view(n.attrs, i, inputs[i].shape(), out_types[0].shape)
+                                          : inputs[i].shape();
+    viewed.push_back(view == inputs[i].shape() ? inputs[i] : inputs[i].reshaped(view));
+  }
+  std::vector<const Tensor*> in;
+  for (const Tensor& t : viewed) in.push_back(&t);
+  return eval_scalar_program(program, in, std::vector<TensorType>(out_types.begin(), out_types.end()));
+}
+
 std::vector<Tensor> run_node(const ir::Node& n, const std::vector<Tensor>& inputs) {
   const ir::OpDef& def = ir::OpRegistry::global().get(n.op);
   if (n.outputs.empty()) fail("output types are not inferred (run type inference first)");
-  return def.has_recipe(n.attrs) ? run_recipe(def, n, inputs) : run_kernel(n, inputs);
+  return def.has_recipe(n.attrs) ? eval_recipe(n, inputs, n.outputs) : run_kernel(n, inputs);
 }
 
 void run_node_into(const ir::Node& n, std::span<const Tensor> inputs, std::span<Tensor> outputs) {
@@ -85,7 +88,7 @@ void run_node_into(const ir::Node& n, std::span<const Tensor> inputs, std::span<
   const ir::OpDef& def = ir::OpRegistry::global().get(n.op);
   std::vector<Tensor> results;
   if (def.has_recipe(n.attrs)) {
-    results = run_recipe(def, n, std::vector<Tensor>(inputs.begin(), inputs.end()));
+    results = eval_recipe(n, inputs, n.outputs);
   } else {
     const ReferenceKernel* kernel = find_reference_kernel(n.op);
     if (!kernel) fail("op '{}' has no reference kernel", n.op);

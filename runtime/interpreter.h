@@ -38,6 +38,13 @@ std::vector<Tensor> run_node(const ir::Node& n, const std::vector<Tensor>& input
 // an op they run on the interpreter: the buffers they planned for its outputs).
 void run_node_into(const ir::Node& n, std::span<const Tensor> inputs, std::span<Tensor> outputs);
 
+// Evaluates op node n's scalar recipe (OpDef::recipe) on `inputs`, each viewed as the op's
+// OpDef::broadcast_view says, into new tensors of `out_types` (one per recipe result). What
+// run_node does for ops whose recipe applies; a reference kernel that computes part of its
+// op with the recipe (BatchNorm's output_mean_var) calls it too.
+std::vector<Tensor> eval_recipe(const ir::Node& n, std::span<const Tensor> inputs,
+                                std::span<const TensorType> out_types);
+
 // Evaluates a scalar program elementwise. `inputs[i]` has `out_shape` or broadcasts to it
 // (numpy rules, right-aligned; size-1 extents broadcast). Outputs are allocated with
 // `out_types` (same shape). The reference path for every elementwise op.

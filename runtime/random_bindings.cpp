@@ -72,12 +72,15 @@ struct IdBounds {
   }
 };
 
-// Ops whose output holds the elements of their input, rearranged: an id bound found
-// downstream applies to the input too.
+// Ops whose output holds the elements of their input, converted or rearranged: an id
+// bound found downstream applies to the input too. Views and data movement pass on input
+// 0, and every input of a variadic one (Concat's and stack's pieces: they all fill the
+// one declared slot); a second declared slot only lends its shape (slice_like).
 bool passes_ids_through(const ir::OpDef& def, size_t slot) {
-  if (def.name == "Cast" || def.name == "amp_cast") return true;
+  if (def.is_cast) return true;
   if (def.kind != ir::OpKind::view && def.kind != ir::OpKind::data_movement) return false;
-  return slot == 0 || def.name == "Concat" || def.name == "concat" || def.name == "stack";
+  const bool variadic = def.num_inputs && def.inputs.size() == 1;
+  return slot == 0 || variadic;
 }
 
 class IdBoundFinder {
@@ -104,10 +107,12 @@ class IdBoundFinder {
     const ir::Node& n = g_.nodes[u.node];
     const ir::OpDef* def = ir::OpRegistry::global().find(n.op);
     if (!def) return {};
-    if (n.op == "Embedding" && u.slot == 0 && n.attrs.has("input_dim")) return IdBounds::uniform(n.attrs.get_int("input_dim"));
-    if (n.op == "one_hot" && u.slot == 0 && n.attrs.has("depth")) return IdBounds::uniform(n.attrs.get_int("depth"));
+    if (def->table_index && u.slot == def->table_index->slot)
+      return IdBounds::uniform(n.attrs.get_int(def->table_index->size_attr));
     if (!passes_ids_through(*def, u.slot)) return {};
-    if ((n.op == "SliceChannel" || n.op == "split") && n.outputs.size() > 1) return split_bounds(v, u);
+    // SliceChannel's outputs are equal parts along `axis` (its shape rule): each part's
+    // bound holds for its share of the input.
+    if (n.op == "SliceChannel" && n.outputs.size() > 1) return split_bounds(v, u);
     IdBounds b;
     for (size_t k = 0; k < n.outputs.size(); ++k) b.all = tighter(b.all, of({u.node, static_cast<int32_t>(k)}).folded());
     return b;

@@ -13,12 +13,12 @@
 #include "runtime/interpreter.h"
 
 #include "ir/error.h"
+#include "ir/int_conversion.h"
 #include "ir/lowp.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <limits>
 #include <type_traits>
 
 namespace ampfuse::runtime {
@@ -33,21 +33,8 @@ constexpr int64_t kBlock = 1024;
 
 // ---------------------------------------------------------------------------------------
 // Conversions: loads widen exactly; stores and round_to follow the rules of
-// ir/scalar_program.h (RNE to f16/bf16, truncate and saturate to integers with NaN -> 0,
-// bool is x != 0).
-
-template <class I, class T>
-I saturate_to(T x) {
-  if (x != x) return 0;
-  x = std::trunc(x);
-  // The limits as T: 2^63 and 2^31 are exact in float and double, and comparing with >= the
-  // rounded-up max (2^63 for i64) saturates exactly the values that do not fit.
-  constexpr T lo = static_cast<T>(std::numeric_limits<I>::min());
-  constexpr T hi = static_cast<T>(std::numeric_limits<I>::max());
-  if (x <= lo) return std::numeric_limits<I>::min();
-  if (x >= hi) return std::numeric_limits<I>::max();
-  return static_cast<I>(x);
-}
+// ir/scalar_program.h: RNE to f16/bf16 (ir/lowp.h), truncate and saturate to integers with
+// NaN -> 0 (ir/int_conversion.h), bool is x != 0.
 
 template <class T>
 uint16_t to_f16_bits(T x) {
@@ -79,10 +66,10 @@ void store_one(void* p, int64_t i, T x) {
   else if constexpr (D == DType::f16) static_cast<uint16_t*>(p)[i] = to_f16_bits(x);
   else if constexpr (D == DType::bf16) static_cast<uint16_t*>(p)[i] = to_bf16_bits(x);
   else if constexpr (D == DType::f64) static_cast<double*>(p)[i] = static_cast<double>(x);
-  else if constexpr (D == DType::i8) static_cast<int8_t*>(p)[i] = saturate_to<int8_t>(x);
-  else if constexpr (D == DType::u8) static_cast<uint8_t*>(p)[i] = saturate_to<uint8_t>(x);
-  else if constexpr (D == DType::i32) static_cast<int32_t*>(p)[i] = saturate_to<int32_t>(x);
-  else if constexpr (D == DType::i64) static_cast<int64_t*>(p)[i] = saturate_to<int64_t>(x);
+  else if constexpr (D == DType::i8) static_cast<int8_t*>(p)[i] = ir::saturating_float_to_int<int8_t>(x);
+  else if constexpr (D == DType::u8) static_cast<uint8_t*>(p)[i] = ir::saturating_float_to_int<uint8_t>(x);
+  else if constexpr (D == DType::i32) static_cast<int32_t*>(p)[i] = ir::saturating_float_to_int<int32_t>(x);
+  else if constexpr (D == DType::i64) static_cast<int64_t*>(p)[i] = ir::saturating_float_to_int<int64_t>(x);
   else static_cast<uint8_t*>(p)[i] = x != T(0) ? 1 : 0;  // NaN != 0: true
 }
 
@@ -94,10 +81,10 @@ T round_to(T x, DType d) {
     case DType::f64: return x;
     case DType::f16: return static_cast<T>(ir::f16_bits_to_f32(to_f16_bits(x)));
     case DType::bf16: return static_cast<T>(ir::bf16_bits_to_f32(to_bf16_bits(x)));
-    case DType::i8: return static_cast<T>(saturate_to<int8_t>(x));
-    case DType::u8: return static_cast<T>(saturate_to<uint8_t>(x));
-    case DType::i32: return static_cast<T>(saturate_to<int32_t>(x));
-    case DType::i64: return static_cast<T>(saturate_to<int64_t>(x));
+    case DType::i8: return static_cast<T>(ir::saturating_float_to_int<int8_t>(x));
+    case DType::u8: return static_cast<T>(ir::saturating_float_to_int<uint8_t>(x));
+    case DType::i32: return static_cast<T>(ir::saturating_float_to_int<int32_t>(x));
+    case DType::i64: return static_cast<T>(ir::saturating_float_to_int<int64_t>(x));
     case DType::boolean: return x != T(0) ? T(1) : T(0);
   }
   return x;
@@ -372,8 +359,6 @@ void evaluate(const ScalarProgram& p, const IndexSpace& space, int64_t total, st
   }
 }
 
-bool needs_f64(DType t) { return t == DType::f64 || !ir::is_float(t); }
-
 }  // namespace
 
 std::vector<Tensor> eval_scalar_program(const ir::ScalarProgram& p, const std::vector<const Tensor*>& inputs,
@@ -389,7 +374,7 @@ std::vector<Tensor> eval_scalar_program(const ir::ScalarProgram& p, const std::v
     if (out_types[k].shape != out_shape)
       fail("output {} has shape {} but output 0 has {}; a scalar program's outputs share one shape", k,
            ir::shape_str(out_types[k].shape), ir::shape_str(out_shape));
-  bool wide = false;
+  std::vector<DType> operand_dtypes;
   for (size_t k = 0; k < inputs.size(); ++k) {
     const Tensor* t = inputs[k];
     if (!t || t->empty_storage()) fail("input {} of the scalar program has no data", k);
@@ -400,16 +385,16 @@ std::vector<Tensor> eval_scalar_program(const ir::ScalarProgram& p, const std::v
     if (!fits)
       fail("input {} has shape {}, which does not broadcast to the output shape {}", k, ir::shape_str(s),
            ir::shape_str(out_shape));
-    wide = wide || needs_f64(t->dtype());
+    operand_dtypes.push_back(t->dtype());
   }
-  for (const TensorType& t : out_types) wide = wide || needs_f64(t.dtype);
+  for (const TensorType& t : out_types) operand_dtypes.push_back(t.dtype);
 
   std::vector<Tensor> outputs;
   for (const TensorType& t : out_types) outputs.emplace_back(t);
   const int64_t total = ir::num_elements(out_shape);
   if (total == 0) return outputs;
   const IndexSpace space = make_index_space(out_shape, inputs);
-  if (wide) evaluate<double>(p, space, total, outputs);
+  if (ir::compute_type(operand_dtypes) == DType::f64) evaluate<double>(p, space, total, outputs);
   else evaluate<float>(p, space, total, outputs);
   return outputs;
 }

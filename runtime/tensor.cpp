@@ -1,13 +1,13 @@
 #include "runtime/tensor.h"
 
 #include "ir/error.h"
+#include "ir/int_conversion.h"
 #include "ir/lowp.h"
 
 #include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
-#include <limits>
 #include <new>
 
 namespace ampfuse::runtime {
@@ -24,15 +24,6 @@ std::shared_ptr<std::byte[]> allocate(size_t bytes) {
   void* p = std::aligned_alloc(64, rounded);
   if (!p) fail("out of memory allocating {} bytes", bytes);
   return std::shared_ptr<std::byte[]>(static_cast<std::byte*>(p), [](std::byte* q) { std::free(q); });
-}
-
-template <class I>
-I saturate(double v) {
-  if (std::isnan(v)) return 0;
-  v = std::trunc(v);
-  if (v <= static_cast<double>(std::numeric_limits<I>::min())) return std::numeric_limits<I>::min();
-  if (v >= static_cast<double>(std::numeric_limits<I>::max())) return std::numeric_limits<I>::max();
-  return static_cast<I>(v);
 }
 
 }  // namespace
@@ -101,10 +92,10 @@ void Tensor::set_f64(int64_t i, double v) {
     case DType::f16: data<uint16_t>()[i] = ir::f64_to_f16_bits(v); break;
     case DType::bf16: data<uint16_t>()[i] = ir::f64_to_bf16_bits(v); break;
     case DType::f64: data<double>()[i] = v; break;
-    case DType::i8: data<int8_t>()[i] = saturate<int8_t>(v); break;
-    case DType::u8: data<uint8_t>()[i] = saturate<uint8_t>(v); break;
-    case DType::i32: data<int32_t>()[i] = saturate<int32_t>(v); break;
-    case DType::i64: data<int64_t>()[i] = saturate<int64_t>(v); break;
+    case DType::i8: data<int8_t>()[i] = ir::saturating_float_to_int<int8_t>(v); break;
+    case DType::u8: data<uint8_t>()[i] = ir::saturating_float_to_int<uint8_t>(v); break;
+    case DType::i32: data<int32_t>()[i] = ir::saturating_float_to_int<int32_t>(v); break;
+    case DType::i64: data<int64_t>()[i] = ir::saturating_float_to_int<int64_t>(v); break;
     case DType::boolean: data<uint8_t>()[i] = v != 0 ? 1 : 0; break;  // NaN != 0: true
   }
 }

@@ -80,13 +80,6 @@ TEST(CodegenSpec, ValidationNamesTheProblem) {
   EXPECT_ERROR(s.validate(), "kernel 'add' has neither outputs nor flags");
 }
 
-TEST(CodegenSpec, DefaultComputeTypeFollowsTheReferenceEvaluator) {
-  EXPECT_EQ(codegen::default_compute_type({DType::bf16, DType::f16, DType::f32}), DType::f32);
-  EXPECT_EQ(codegen::default_compute_type({DType::bf16, DType::f64}), DType::f64);
-  EXPECT_EQ(codegen::default_compute_type({DType::f32, DType::i8}), DType::f64);
-  EXPECT_EQ(codegen::default_compute_type({DType::boolean}), DType::f64);
-}
-
 TEST(CodegenSpec, LayoutsIgnoreExtentOneDimensions) {
   // [2,1,3]: the middle stride never moves the address, whatever it is.
   KernelSpec s = add_spec({2, 1, 3});

@@ -48,7 +48,7 @@ inline KernelSpec dense_spec(const std::string& name, ir::ScalarProgram body, co
     all.push_back(outs[k]);
   }
   spec.num_params = num_params;
-  spec.compute = codegen::default_compute_type(all);
+  spec.compute = ir::compute_type(all);
   spec.body = std::move(body);
   return spec;
 }

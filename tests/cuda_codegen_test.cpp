@@ -142,8 +142,8 @@ TEST(CudaCodegen, FlagsVotePerBlockWithoutAtomics) {
 TEST(CudaCodegen, IntegerStoresSaturate) {
   EXPECT_FILECHECK(source_of("ints"), R"(
     CHECK: const double x1 = static_cast<double>(static_cast<double>(a1));
-    CHECK: o2 = af_saturate<signed char>([[X:v[0-9]+]], static_cast<signed char>(-128), static_cast<signed char>(127));
-    CHECK-NEXT: o3 = af_saturate<unsigned char>([[X]], static_cast<unsigned char>(0), static_cast<unsigned char>(255));
+    CHECK: o2 = af_saturate<signed char>([[X:v[0-9]+]], -128, 127);
+    CHECK-NEXT: o3 = af_saturate<unsigned char>([[X]], 0, 255);
     CHECK-NEXT: o4 = af_saturate<int>([[X]], -2147483647 - 1, 2147483647);
     CHECK-NEXT: o5 = af_saturate<long long>([[X]], -9223372036854775807LL - 1, 9223372036854775807LL);
     CHECK-NEXT: o6 = static_cast<unsigned char>([[X]] != 0 ? 1 : 0);

@@ -9,6 +9,7 @@
 #include "engine/planning/fusion_plan.h"
 #include "engine/planning/kernel_lowering.h"
 #include "fuzz/random_graph.h"
+#include "int_conversion_cases.h"
 #include "test_util.h"
 
 #include <gtest/gtest.h>
@@ -147,6 +148,31 @@ TEST(CudaHostEmulation, CasesMatchTheReferenceBitForBit) {
       // Host libm here, glibc in the reference: even the transcendental cases are exact.
       EXPECT_TRUE(check_kernel(c.spec, c.params, true, 7 + grid, host_runner(fns[i], grid)));
     }
+  }
+}
+
+// Float -> integer conversion as ir/int_conversion.h defines it, on the written-out edge
+// cases, for both compute types and both paths (a store to an integer output and a round_to
+// inside the body): the emitter's af_saturate and the limits it takes from ir.
+TEST(CudaHostEmulation, IntegerConversionsFollowTheIrDefinition) {
+  std::vector<IntConversionSpec> specs;
+  for (DType from : {DType::f32, DType::f64})
+    for (IntConversionSpec& s : int_conversion_specs(from)) specs.push_back(std::move(s));
+  std::vector<codegen::KernelSignature> sigs;
+  for (const IntConversionSpec& s : specs) sigs.push_back(codegen::signature(s.spec));
+  ScopedTempDir dir;
+  const std::vector<HostLaunch> fns = compile_on_host(sigs, dir);
+  ASSERT_EQ(fns.size(), specs.size());
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const KernelSpec& spec = specs[i].spec;
+    SCOPED_TRACE(fmt::format("{} from {} to {}", spec.name, ir::dtype_name(spec.inputs[0].dtype),
+                             ir::dtype_name(specs[i].to)));
+    const Tensor x = int_conversion_inputs(spec.inputs[0].dtype);
+    Tensor y = Tensor::zeros({spec.outputs[0].dtype, spec.shape});
+    const void* in[] = {x.raw()};
+    void* out[] = {y.raw()};
+    host_runner(fns[i], 2)(spec, in, out, {}, {});
+    EXPECT_TRUE(converted_as_defined(y, specs[i].to));
   }
 }
 

@@ -35,7 +35,7 @@ inline KernelSpec strided_spec(const std::string& name, ir::ScalarProgram body, 
   spec.inputs = std::move(ins);
   spec.outputs = std::move(outs);
   spec.num_params = num_params;
-  spec.compute = codegen::default_compute_type(all);
+  spec.compute = ir::compute_type(all);
   spec.body = std::move(body);
   return spec;
 }

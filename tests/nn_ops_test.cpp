@@ -2,6 +2,7 @@
 // refusals) and reference kernels against hand-computed values or a direct formula.
 #include "ir/builder.h"
 #include "ir/op_registry.h"
+#include "runtime/interpreter.h"
 #include "runtime/reference/reference_kernels.h"
 #include "runtime/tensor.h"
 #include "tests/test_util.h"
@@ -10,6 +11,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <optional>
 
 namespace ampfuse {
@@ -73,7 +75,7 @@ std::vector<Tensor> run(const std::string& op, const std::vector<Tensor>& inputs
   const ir::Node& node = g.nodes.back();
   std::vector<Tensor> outputs;
   for (const TensorType& t : node.outputs) outputs.emplace_back(t);
-  const runtime::ReferenceKernel* kernel = runtime::find_reference_kernel(op);
+  const runtime::ReferenceKernel* kernel = runtime::find_reference_kernel(node.op);
   if (!kernel) {
     ADD_FAILURE() << op << " has no reference kernel";
     return outputs;
@@ -616,6 +618,43 @@ TEST(NnOpsNorm, BatchNormMovingStatisticsAndFixGamma) {
   const auto last = run("BatchNorm", {tensor({1, 2, 2}, {1, 3, 2, 4}), gamma, beta, mean, var},
                         {{"eps", "0"}, {"fix_gamma", "False"}, {"axis", "-1"}});
   expect_values(last[0], {0.5, -1, 1.5, 5});
+}
+
+// With output_mean_var the node runs its reference kernel instead of the recipe; y must
+// still be the recipe's, bit for bit, and the inverse-std output the value it multiplied by.
+TEST(NnOpsNorm, BatchNormOutputMeanVarEvaluatesTheRecipe) {
+  for (DType data : {DType::f32, DType::f16, DType::f64}) {
+    for (const char* axis : {"1", "-1"}) {
+      SCOPED_TRACE(fmt::format("{} data, axis {}", ir::dtype_name(data), axis));
+      const Shape shape = {2, 3, 5};
+      const int64_t c = std::string(axis) == "1" ? 3 : 5;
+      std::vector<double> xs(30), vars(static_cast<size_t>(c));
+      for (size_t i = 0; i < xs.size(); ++i) xs[i] = std::sin(0.7 * static_cast<double>(i)) * 3;
+      for (size_t i = 0; i < vars.size(); ++i) vars[i] = 0.3 + 0.37 * static_cast<double>(i);
+      const DType stats = data == DType::f64 ? DType::f64 : DType::f32;
+      const std::vector<Tensor> in = {tensor(shape, xs, data), tensor({c}, pattern(c, 1), stats),
+                                      tensor({c}, pattern(c, 2), stats), tensor({c}, pattern(c, 3), stats),
+                                      tensor({c}, vars, stats)};
+      std::vector<std::optional<TensorType>> types;
+      for (const Tensor& t : in) types.push_back(t.type());
+      const Attrs attrs = {{"eps", "0.001"}, {"fix_gamma", "False"}, {"axis", axis}};
+      Attrs with_stats = attrs;
+      with_stats["output_mean_var"] = "True";
+      const ir::Graph plain = one_op("BatchNorm", types, attrs), stats_too = one_op("BatchNorm", types, with_stats);
+      const std::vector<Tensor> by_recipe = runtime::run_node(plain.nodes.back(), in);
+      const std::vector<Tensor> by_kernel = runtime::run_node(stats_too.nodes.back(), in);
+      ASSERT_EQ(by_kernel.size(), 3u);
+      ASSERT_EQ(by_recipe[0].type(), by_kernel[0].type());
+      EXPECT_EQ(std::memcmp(by_recipe[0].raw(), by_kernel[0].raw(), by_recipe[0].bytes()), 0);
+      expect_values(by_kernel[1], pattern(c, 3));
+      for (int64_t k = 0; k < c; ++k) {
+        const double want = stats == DType::f64
+                                ? 1.0 / std::sqrt(vars[k] + 0.001)
+                                : static_cast<double>(1.0f / std::sqrt(static_cast<float>(vars[k]) + 0.001f));
+        EXPECT_EQ(by_kernel[2].get_f64(k), want) << "channel " << k;
+      }
+    }
+  }
 }
 
 TEST(NnOpsNorm, LayerNormLastAndInnerAxis) {

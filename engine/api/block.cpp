@@ -87,9 +87,9 @@ Sym F::param(const std::string& name) {
 std::vector<Sym> F::op_multi(const std::string& op, const std::vector<Sym>& inputs,
                              const std::map<std::string, std::string>& attrs, const std::string& name) {
   const std::string blk = block_label(block_);
-  const ir::OpDef& def = with_context(blk, [&]() -> const ir::OpDef& { return ir::OpRegistry::global().get(op); });
+  const ir::OpDef& def = with_context(blk, [&]() -> const ir::OpDef& { return ir::OpRegistry::global().resolve(op); });
   ir::Node n;
-  n.op = op;
+  n.op = def.name;  // canonical: an alias (`cast`) ends here
   n.name = name.empty() ? fmt::format("{}_{}{}", block_.name(), op, name_counts_[op]++) : name;
   const std::string label = fmt::format("{}: node '{}' ({})", blk, n.name, op);
   std::vector<int32_t> ids;

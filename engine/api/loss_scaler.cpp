@@ -55,44 +55,11 @@ uint32_t pass_bf16(uint16_t* p, int64_t n, float inv) {
   return bad;
 }
 
-// ir::f32_to_f16_bits with its four cases computed side by side and selected instead of
-// branched to, so that the loop below vectorizes; same bits for every input (the cases and
-// their arithmetic are ir/lowp.h's; tests compare the two over all f16 inputs).
-inline uint16_t f32_to_f16_bits_select(float x) {
-  const uint32_t u = std::bit_cast<uint32_t>(x);
-  const uint32_t sign = (u >> 16) & 0x8000u;
-  const uint32_t a = u & 0x7FFFFFFFu;
-  uint32_t r = a - ((127u - 15u) << 23);
-  r += 0xFFFu + ((r >> 13) & 1u);
-  const uint32_t normal = r >> 13;
-  const uint32_t sub = std::bit_cast<uint32_t>(std::bit_cast<float>(a) + 0.5f) - 0x3F000000u;
-  const uint32_t nan = 0x7E00u | ((a >> 13) & 0x1FFu);
-  uint32_t v = sub;
-  v = a >= 0x38800000u ? normal : v;
-  v = a >= 0x477FF000u ? 0x7C00u : v;
-  v = a > 0x7F800000u ? nan : v;
-  return static_cast<uint16_t>(sign | v);
-}
-
-// ir::f16_bits_to_f32 likewise (exact: Inf/NaN, normal and subnormal cases selected).
-inline float f16_bits_to_f32_select(uint16_t h) {
-  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
-  const uint32_t exp = (h >> 10) & 0x1Fu;
-  const uint32_t man = h & 0x3FFu;
-  const uint32_t inf_nan = sign | 0x7F800000u | (man << 13);
-  const uint32_t normal = sign | ((exp + 112u) << 23) | (man << 13);
-  const uint32_t sub = sign | std::bit_cast<uint32_t>(static_cast<float>(static_cast<int32_t>(man)) * 0x1p-24f);
-  uint32_t bits = sub;
-  bits = exp != 0 ? normal : bits;
-  bits = exp == 0x1Fu ? inf_nan : bits;
-  return std::bit_cast<float>(bits);
-}
-
 template <bool kMul>
 uint32_t pass_f16(uint16_t* p, int64_t n, float inv) {
   uint32_t bad = 0;
   for (int64_t i = 0; i < n; ++i) {
-    const uint16_t r = kMul ? f32_to_f16_bits_select(f16_bits_to_f32_select(p[i]) * inv) : p[i];
+    const uint16_t r = kMul ? ir::f32_to_f16_bits(ir::f16_bits_to_f32(p[i]) * inv) : p[i];
     if constexpr (kMul) p[i] = r;
     bad |= static_cast<uint32_t>((r & 0x7C00u) == 0x7C00u);
   }

@@ -111,6 +111,7 @@ struct Executable::Impl {
   std::vector<int32_t> variable_nodes;
   std::vector<int32_t> constant_vars;         // variable nodes whose values are constants
   std::vector<int32_t> constant_values;       // value ids computed from constants (views too)
+  std::vector<int32_t> output_roots;          // values with an output buffer
   std::vector<int32_t> rebound_views;         // views of variables, constants and outputs
   std::vector<std::vector<int32_t>> views_of;  // per root value id
   size_t flag_count = 0;                      // int32 flags of every device kernel
@@ -344,6 +345,7 @@ Executable Executable::compile(ir::Graph g, const ExecutorOptions& opts) {
     const BufferValue::Kind kind = im.memory.buffers[r].kind;
     if (r != static_cast<int32_t>(id)) im.views_of[r].push_back(static_cast<int32_t>(id));
     if (kind == BufferValue::Kind::constant) im.constant_values.push_back(static_cast<int32_t>(id));
+    if (kind == BufferValue::Kind::output && r == static_cast<int32_t>(id)) im.output_roots.push_back(r);
     if (r != static_cast<int32_t>(id) && kind != BufferValue::Kind::intermediate)
       im.rebound_views.push_back(static_cast<int32_t>(id));
   }
@@ -526,11 +528,9 @@ void Executable::Impl::bind_per_run(RunContext& ctx, const runtime::Bindings& va
       if (cs->values.dev[id]) t.dev[id] = cs->values.dev[id];
     }
   }
-  for (size_t id = 0; id < memory.buffers.size(); ++id) {
-    const BufferValue& b = memory.buffers[id];
-    if (b.kind != BufferValue::Kind::output || memory.root[id] != static_cast<int32_t>(id)) continue;
+  for (int32_t id : output_roots) {
     // The previous run's buffer, unless the caller still holds it.
-    Tensor& out = ctx.outputs[static_cast<size_t>(b.output_index)];
+    Tensor& out = ctx.outputs[static_cast<size_t>(memory.buffers[id].output_index)];
     if (out.empty_storage() || !out.sole_owner()) {
       out = Tensor(t.host[id].type());
       ++rs.allocations;
@@ -551,8 +551,7 @@ void Executable::Impl::release_per_run(RunContext& ctx) const {
   for (int32_t n : variable_nodes) t.host[memory.first_value[n]].release_storage();
   for (int32_t id : constant_values) t.host[id].release_storage();
   for (int32_t v : rebound_views) t.host[v].release_storage();
-  for (size_t id = 0; id < memory.buffers.size(); ++id)
-    if (memory.buffers[id].kind == BufferValue::Kind::output) t.host[id].release_storage();
+  for (int32_t id : output_roots) t.host[id].release_storage();
   for (Tensor& x : ctx.scratch.external_in) x.release_storage();
   for (Tensor& x : ctx.scratch.external_out) x.release_storage();
 }

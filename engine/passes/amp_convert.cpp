@@ -23,10 +23,6 @@ using ir::ValueRef;
 // amp_cast retypes only these (MXNet: "float32/16/bf16 only"); f64 and integers stay.
 bool castable(DType t) { return t == DType::f32 || t == DType::f16 || t == DType::bf16; }
 
-// Casts already in the graph: their output type is their attribute, so they read their
-// input in whatever type it has become instead of asking for the original one.
-bool is_cast(const ir::Node& n) { return n.op == "amp_cast" || n.op == "Cast"; }
-
 // How one op node runs after conversion.
 struct Plan {
   bool low = false;
@@ -122,7 +118,7 @@ class Converter {
     std::vector<AmpClass> cls(g_.nodes.size(), AmpClass::fp32);
     for (int32_t i = 0; i < static_cast<int32_t>(g_.nodes.size()); ++i) {
       const ir::Node& n = g_.nodes[i];
-      if (n.is_var() || is_cast(n)) continue;
+      if (n.is_var() || ir::is_cast(n)) continue;
       cls[i] = policy_.node_class(n);
       if (cls[i] == AmpClass::lowp) try_low(i);
     }
@@ -142,7 +138,7 @@ class Converter {
   DType read_type(int32_t i, size_t k) const {
     const ir::Node& n = g_.nodes[i];
     if (plans_[i].low) return plans_[i].reads[k];
-    if (is_cast(n) && n.outputs[0].dtype == target_) return target_;  // a cast to low: exact either way
+    if (ir::is_cast(n) && n.outputs[0].dtype == target_) return target_;  // a cast to low: exact either way
     return orig(n.inputs[k]);
   }
 
@@ -230,7 +226,9 @@ class Converter {
       } else if (!n.is_var()) {
         for (size_t k = 0; k < n.inputs.size(); ++k) {
           const ValueRef in = n.inputs[k];
-          const DType want = plans_[i].low ? plans_[i].reads[k] : is_cast(n) ? new_type(in) : orig(in);
+          // A cast's output type is its attribute, so it reads its input in whatever type
+          // that has become instead of asking for the original one.
+          const DType want = plans_[i].low ? plans_[i].reads[k] : ir::is_cast(n) ? new_type(in) : orig(in);
           n.inputs[k] = in_type(rb, in, want, inserted);
         }
         if (plans_[i].low) n.outputs = plans_[i].outs;

@@ -59,8 +59,10 @@ AmpPolicy::AmpPolicy(const AmpOptions& opts) : target_(opts.target) {
       {&opts.neutral_ops, {ir::AmpClass::neutral, "neutral_ops"}},
   };
   for (const auto& [list, target] : moves) {
-    for (const std::string& op : *list) {
-      with_context(target.second, [&] { reg.get(op); });
+    for (const std::string& given : *list) {
+      // Graphs hold canonical names: an alias the user wrote (`cast`) moves its op (Cast).
+      const std::string& op =
+          with_context(target.second, [&]() -> const ir::OpDef& { return reg.resolve(given); }).name;
       if (auto it = moved_by.find(op); it != moved_by.end() && it->second != target.second)
         fail("op '{}' is in both {} and {}", op, it->second, target.second);
       moved_by[op] = target.second;
@@ -71,19 +73,21 @@ AmpPolicy::AmpPolicy(const AmpOptions& opts) : target_(opts.target) {
 
   std::set<std::string> user_conditioned;
   for (const CondFp32Entry& e : opts.conditional_fp32_ops) {
-    const ir::OpDef& def = with_context("conditional_fp32_ops", [&]() -> const ir::OpDef& { return reg.get(e.op); });
+    const ir::OpDef& def =
+        with_context("conditional_fp32_ops", [&]() -> const ir::OpDef& { return reg.resolve(e.op); });
     if (!def.find_attr(e.attr) && !def.open_attrs)
       fail("conditional_fp32_ops: op '{}' has no attribute '{}'", e.op, e.attr);
     if (e.values.empty()) fail("conditional_fp32_ops: the entry for '{}' ({}) lists no values", e.op, e.attr);
-    Condition& cond = conditions_[e.op];
-    if (user_conditioned.insert(e.op).second) {
+    const std::string& op = def.name;
+    Condition& cond = conditions_[op];
+    if (user_conditioned.insert(op).second) {
       // The first user entry replaces the registry's condition; the class it falls back to
       // stays what the op was before (a registry condition's `otherwise` included).
-      if (class_of_[e.op] != ir::AmpClass::cond_fp32) cond.otherwise = class_of_[e.op];
+      if (class_of_[op] != ir::AmpClass::cond_fp32) cond.otherwise = class_of_[op];
       cond.entries.clear();
     }
     cond.entries.push_back(e);
-    class_of_[e.op] = ir::AmpClass::cond_fp32;
+    class_of_[op] = ir::AmpClass::cond_fp32;
   }
 
   for (ir::AmpClass c : kAmpClasses) lists_[c];

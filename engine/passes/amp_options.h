@@ -48,7 +48,7 @@ struct AmpOptions {
   // amp_multicast's cast_narrow for widest ops: with mixed inputs run in low precision
   // (casting the f32 inputs down) instead of f32.
   bool cast_narrow = false;
-  // "" or "nhwc": run layout_optimize after the AMP passes (amp_pipeline).
+  // "" or "nhwc": run layout_optimize after the AMP passes (engine/lower.h).
   std::string layout;
 };
 

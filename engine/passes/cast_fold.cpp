@@ -16,8 +16,6 @@ namespace {
 using ir::DType;
 using ir::ValueRef;
 
-bool is_cast(const ir::Node& n) { return n.op == "Cast" || n.op == "amp_cast"; }
-
 bool amp_inserted(const ir::Node& n) {
   auto it = n.hints.find(kAmpInsertedHint);
   return it != n.hints.end() && it->second == "1";
@@ -46,7 +44,7 @@ bool preserves_values(DType from, DType to) {
 bool amp_cast_retypes(DType from) { return from == DType::f32 || ir::is_lowp(from); }
 
 int count_casts(const ir::Graph& g) {
-  return static_cast<int>(std::count_if(g.nodes.begin(), g.nodes.end(), is_cast));
+  return static_cast<int>(std::count_if(g.nodes.begin(), g.nodes.end(), ir::is_cast));
 }
 
 class Folder {
@@ -55,7 +53,7 @@ class Folder {
 
   ir::Graph run() {
     for (int32_t i = 0; i < static_cast<int32_t>(g_.nodes.size()); ++i) {
-      if (is_cast(g_.nodes[i]))
+      if (ir::is_cast(g_.nodes[i]))
         rb_.set({i, 0}, fold(g_.nodes[i]));
       else
         rb_.copy(i);
@@ -74,7 +72,7 @@ class Folder {
     for (;;) {
       if (type_of(x) == to) return x;
       const ir::Node& p = out().node(x);
-      if (!is_cast(p)) break;
+      if (!ir::is_cast(p)) break;
       const ValueRef y = p.inputs.at(0);
       if (preserves_values(type_of(y), type_of(x))) {
         x = y;
@@ -108,7 +106,7 @@ int cast_fold(ir::Graph& g) {
   infer_if_untyped(g);
   const int before = count_casts(g);
   g = Folder(g).run();
-  remove_unused(g, [&](int32_t i) { return is_cast(g.nodes[i]); });
+  remove_unused(g, [&](int32_t i) { return ir::is_cast(g.nodes[i]); });
   return before - count_casts(g);
 }
 

@@ -5,6 +5,8 @@
 #include "engine/passes/typed_graph.h"
 #include "ir/error.h"
 #include "ir/op_registry.h"
+#include "ir/ops/nn_params.h"
+#include "ir/ops/tensor_shapes.h"
 
 #include <algorithm>
 #include <map>
@@ -32,9 +34,6 @@ Perm to_first(size_t rank) {  // NHWC -> NCHW
 }
 bool has_layouts(size_t rank) { return rank >= 3 && rank <= 5; }
 
-constexpr const char* kFirstLayout[] = {"NCW", "NCHW", "NCDHW"};
-constexpr const char* kLastLayout[] = {"NWC", "NHWC", "NDHWC"};
-
 bool is_identity(const Perm& p) {
   for (size_t i = 0; i < p.size(); ++i)
     if (p[i] != static_cast<int64_t>(i)) return false;
@@ -52,28 +51,26 @@ ir::Shape permute(const ir::Shape& s, const Perm& p) {
   return out;
 }
 
-// The permutation a transpose node applies (empty axes: reverse, as MXNet does).
+// The permutation a transpose node applies.
 Perm perm_of(const ir::Graph& g, const ir::Node& t) {
-  Perm p = t.attrs.get_ints("axes");
-  const size_t rank = g.type(t.inputs[0]).shape.size();
-  if (p.empty())
-    for (size_t d = rank; d-- > 0;) p.push_back(static_cast<int64_t>(d));
-  for (int64_t& d : p)
-    if (d < 0) d += static_cast<int64_t>(rank);
-  return p;
+  return ir::transpose_permutation(g.type(t.inputs[0]).shape, t.attrs.get_ints("axes"));
 }
 
-bool channels_first(const ir::Node& n, size_t rank) {
-  if (!n.attrs.has("layout") || n.attrs.is_none("layout")) return true;
-  const std::string& l = n.attrs.get_string("layout");
-  return l == "None" || l == kFirstLayout[rank - 3];
+// The op's channels-last rule (ir::ChannelsLastRule), if the data of node n has a layout.
+const ir::ChannelsLastRule* rule_of(const ir::Graph& g, const ir::Node& n) {
+  if (n.is_var() || n.inputs.empty() || !has_layouts(g.type(n.inputs[0]).shape.size())) return nullptr;
+  const ir::OpDef& def = ir::OpRegistry::global().get(n.op);
+  return def.channels_last ? &*def.channels_last : nullptr;
 }
 
-// Convolutions: the ops a channels-last region starts from.
+bool channels_first(const ir::Node& n, const ir::ChannelsLastRule& rule, size_t rank) {
+  return !ir::nn::layout_channels_last(n.attrs, rank, rule.attr);
+}
+
+// The ops a channels-last region starts from (convolutions), still channels-first.
 bool is_seed(const ir::Graph& g, const ir::Node& n) {
-  if (n.op != "Convolution" && n.op != "Deconvolution") return false;
-  const size_t rank = g.type(n.inputs[0]).shape.size();
-  return has_layouts(rank) && channels_first(n, rank);
+  const ir::ChannelsLastRule* rule = rule_of(g, n);
+  return rule && rule->starts_region && channels_first(n, *rule, g.type(n.inputs[0]).shape.size());
 }
 
 // A node that computes the same thing on channels-last data once told so: which inputs
@@ -85,51 +82,33 @@ struct Movable {
 };
 
 std::optional<Movable> movable(const ir::Graph& g, const ir::Node& n) {
-  if (n.is_var() || n.inputs.empty()) return std::nullopt;
-  const ir::OpDef& def = ir::OpRegistry::global().get(n.op);
-  const ir::Shape& data = g.type(n.inputs[0]).shape;
-  Movable m{data.size(), {0}, {0}, n.attrs};
-  if (!has_layouts(m.rank)) return std::nullopt;
-  // Where an axis of the data lands once the data is channels-last.
-  const auto relocate_axis = [&](const char* attr) {
-    int64_t axis = n.attrs.get_int(attr);
-    if (axis < 0) axis += static_cast<int64_t>(m.rank);
-    m.attrs.set(attr, to_first(m.rank)[axis]);
-  };
-  if (n.op == "BatchNorm") {
-    relocate_axis("axis");
-    return m;
+  using Channels = ir::ChannelsLastRule::Channels;
+  const ir::ChannelsLastRule* rule = rule_of(g, n);
+  if (!rule || rule->starts_region) return std::nullopt;
+  Movable m{g.type(n.inputs[0]).shape.size(), {0}, {0}, n.attrs};
+  if (rule->every_input)
+    for (size_t k = 1; k < n.inputs.size(); ++k) m.inputs.push_back(k);
+  if (rule->output_per_input) m.outputs = m.inputs;
+  for (size_t k : m.inputs) {
+    const ir::Shape& in = g.type(n.inputs[k]).shape;
+    if (in.size() != m.rank) return std::nullopt;
+    // Broadcasting, or a per-channel view of an input (PReLU's gamma), would not commute
+    // with a transpose: an op that finds channels anywhere must see them where its output does.
+    if (rule->channels == Channels::anywhere && !rule->output_per_input && in != n.outputs[0].shape)
+      return std::nullopt;
   }
-  if (n.op == "Pooling") {
-    if (!channels_first(n, m.rank)) return std::nullopt;
-    m.attrs.set("layout", std::string(kLastLayout[m.rank - 3]));
-    return m;
-  }
-  // A split would need a transpose per output to move, more than the one it removes, so
-  // only the join takes part.
-  if (n.op == "Concat" || n.op == "concat") {
-    for (size_t k = 1; k < n.inputs.size(); ++k) {
-      if (g.type(n.inputs[k]).shape.size() != m.rank) return std::nullopt;
-      m.inputs.push_back(k);
+  switch (rule->channels) {
+    case Channels::anywhere: break;
+    case Channels::layout_attr:
+      if (!channels_first(n, *rule, m.rank)) return std::nullopt;
+      m.attrs.set(rule->attr, std::string(ir::nn::layout_name(m.rank, /*channels_last=*/true)));
+      break;
+    case Channels::axis_attr: {
+      // Where that axis of the data lands once the data is channels-last.
+      const int64_t axis = ir::nn::normalize_axis(n.attrs.get_int(rule->attr), m.rank, rule->attr);
+      m.attrs.set(rule->attr, to_first(m.rank)[axis]);
+      break;
     }
-    relocate_axis("dim");
-    return m;
-  }
-  if (n.op == "amp_multicast") {
-    m.inputs.clear(), m.outputs.clear();
-    for (size_t k = 0; k < n.inputs.size(); ++k) {
-      if (g.type(n.inputs[k]).shape.size() != m.rank) return std::nullopt;
-      m.inputs.push_back(k), m.outputs.push_back(k);
-    }
-    return m;
-  }
-  // Same-shape elementwise ops (casts included): broadcasting would not commute with a
-  // transpose, and some elementwise ops view an input per channel (PReLU's gamma).
-  if (def.kind != ir::OpKind::elementwise || n.outputs.size() != 1) return std::nullopt;
-  m.inputs.clear();
-  for (size_t k = 0; k < n.inputs.size(); ++k) {
-    if (g.type(n.inputs[k]).shape != n.outputs[0].shape) return std::nullopt;
-    m.inputs.push_back(k);
   }
   return m;
 }
@@ -193,10 +172,10 @@ class Sweep {
       if (merged) t.attrs.set("axes", p);
     } else {
       const size_t r = p.size();
-      const char* suffix = !has_layouts(r) ? "transposed"
-                           : p == to_last(r) ? kLastLayout[r - 3]
-                           : p == to_first(r) ? kFirstLayout[r - 3]
-                                              : "transposed";
+      const std::string_view suffix = !has_layouts(r) ? "transposed"
+                                      : p == to_last(r) ? ir::nn::layout_name(r, true)
+                                      : p == to_first(r) ? ir::nn::layout_name(r, false)
+                                                         : "transposed";
       t.op = "transpose";
       t.name = fmt::format("{}_{}", out().node(x).name, suffix);
       ir::Attrs a;
@@ -217,7 +196,7 @@ class Sweep {
     for (ValueRef& in : c.inputs) in = rb_.map(in);
     c.inputs[0] = transpose(c.inputs[0], to_last(rank));
     c.inputs[1] = transpose(c.inputs[1], to_last(rank));  // OIHW -> OHWI, as MXNet wants
-    c.attrs.set("layout", std::string(kLastLayout[rank - 3]));
+    c.attrs.set(rule_of(g_, n)->attr, std::string(ir::nn::layout_name(rank, /*channels_last=*/true)));
     c.outputs[0].shape = permute(c.outputs[0].shape, to_last(rank));
     const int32_t id = rb_.emit(std::move(c));
     rb_.set({i, 0}, transpose({id, 0}, to_first(rank)));

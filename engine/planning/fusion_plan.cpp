@@ -1,10 +1,7 @@
 #include "engine/planning/fusion_plan.h"
 
-#include "codegen/kernel_spec.h"
-
 #include "ir/error.h"
 #include "ir/op_registry.h"
-#include "ir/ops/tensor_shapes.h"
 
 #include <algorithm>
 #include <map>
@@ -16,27 +13,6 @@ namespace ampfuse::engine {
 using ir::Graph;
 using ir::Node;
 using ir::ValueRef;
-
-AccessMap AccessMap::identity(size_t rank) {
-  AccessMap m;
-  for (size_t k = 0; k < rank; ++k) {
-    m.iter_dim.push_back(static_cast<int32_t>(k));
-    m.scale.push_back(1);
-    m.offset.push_back(0);
-  }
-  return m;
-}
-
-bool AccessMap::is_identity() const { return *this == identity(iter_dim.size()); }
-
-namespace {
-
-const std::set<std::string, std::less<>> kRemapOps = {"transpose", "slice", "slice_axis", "broadcast_to",
-                                                       "broadcast_axis", "broadcast_axes"};
-
-// Composition: first `outer` (iteration -> node output index), then `inner` (node output
-// index -> input index).
-}  // namespace
 
 AccessMap compose_maps(const AccessMap& inner, const AccessMap& outer) {
   AccessMap r;
@@ -68,20 +44,6 @@ bool is_permutation(const AccessMap& a, size_t out_rank) {
   return true;
 }
 
-// Numpy broadcasting of an input of shape `in` to `out` (right-aligned; extent-1 dims repeat).
-AccessMap broadcast_access(const ir::Shape& in, const ir::Shape& out) {
-  AccessMap m;
-  const size_t lead = out.size() - in.size();
-  for (size_t k = 0; k < in.size(); ++k) {
-    const size_t d = k + lead;
-    const bool repeat = in[k] == 1 && out[d] != 1;
-    m.iter_dim.push_back(repeat ? -1 : static_cast<int32_t>(d));
-    m.scale.push_back(repeat ? 0 : 1);
-    m.offset.push_back(0);
-  }
-  return m;
-}
-
 }  // namespace
 
 ir::Shape operand_shape(const Graph& g, int32_t n, size_t i) {
@@ -100,7 +62,7 @@ ir::DType node_compute_type(const Graph& g, int32_t n) {
   // A remap only moves values: its compute type just has to hold them exactly.
   if (fusion_role(node) != FusionRole::remap)
     for (ValueRef in : node.inputs) dtypes.push_back(g.type(in).dtype);
-  return codegen::default_compute_type(dtypes);
+  return ir::compute_type(dtypes);
 }
 
 FusionRole fusion_role(const Node& n) {
@@ -108,7 +70,7 @@ FusionRole fusion_role(const Node& n) {
   if (def.kind == ir::OpKind::view) return FusionRole::view;
   if (!def.fusable) return FusionRole::external;
   if (def.has_recipe(n.attrs)) return FusionRole::elementwise;
-  if (kRemapOps.count(n.op)) return FusionRole::remap;
+  if (def.remap_access) return FusionRole::remap;
   return FusionRole::external;
 }
 
@@ -117,22 +79,8 @@ AccessMap input_access(const Graph& g, int32_t n, size_t i) {
   const ir::Shape& out = node.outputs.at(0).shape;
   const ir::Shape& in = g.type(node.inputs.at(i)).shape;
   switch (fusion_role(node)) {
-    case FusionRole::elementwise: return broadcast_access(operand_shape(g, n, i), out);
-    case FusionRole::remap: {
-      if (node.op == "transpose") {
-        const auto perm = ir::transpose_permutation(in, node.attrs.get_ints("axes"));
-        AccessMap m = AccessMap::identity(in.size());
-        for (size_t j = 0; j < perm.size(); ++j) m.iter_dim[perm[j]] = static_cast<int32_t>(j);
-        return m;
-      }
-      if (node.op == "slice" || node.op == "slice_axis") {
-        const auto dims = node.op == "slice" ? ir::slice_dims(in, node.attrs) : ir::slice_axis_dims(in, node.attrs);
-        AccessMap m = AccessMap::identity(in.size());
-        for (size_t k = 0; k < dims.size(); ++k) m.scale[k] = dims[k].step, m.offset[k] = dims[k].begin;
-        return m;
-      }
-      return broadcast_access(in, out);  // broadcast_to / broadcast_axis: same rank
-    }
+    case FusionRole::elementwise: return AccessMap::broadcast(operand_shape(g, n, i), out);
+    case FusionRole::remap: return ir::OpRegistry::global().get(node.op).remap_access(node.attrs, in, out);
     default: fail("node '{}' ({}) is not fused, so it has no input access map", node.name, node.op);
   }
 }

@@ -15,6 +15,7 @@
 // gives the consumer the same buffer under the new shape.
 #pragma once
 
+#include "ir/access_map.h"
 #include "ir/graph.h"
 
 #include <cstdint>
@@ -24,18 +25,8 @@
 
 namespace ampfuse::engine {
 
-// How one tensor is indexed from an iteration index i: dim k of the tensor reads
-// offset[k] + scale[k] * i[iter_dim[k]], or just offset[k] when iter_dim[k] == -1
-// (a broadcast dimension).
-struct AccessMap {
-  std::vector<int32_t> iter_dim;
-  std::vector<int64_t> scale;
-  std::vector<int64_t> offset;
-
-  static AccessMap identity(size_t rank);
-  bool is_identity() const;
-  friend bool operator==(const AccessMap&, const AccessMap&) = default;
-};
+// How one tensor is indexed from a kernel's iteration index (ir/access_map.h).
+using ir::AccessMap;
 
 struct KernelOperand {
   ir::ValueRef value;
@@ -49,8 +40,8 @@ struct KernelOperand {
 struct FusedKernel {
   ir::Shape iteration;          // the iteration space
   // The type every node of the kernel computes in: the reference interpreter's choice for
-  // each of them (codegen::default_compute_type), so a kernel matches it bit for bit. Nodes
-  // with different compute types never share a kernel.
+  // each of them (ir::compute_type), so a kernel matches it bit for bit. Nodes with
+  // different compute types never share a kernel.
   ir::DType compute = ir::DType::f32;
   std::vector<int32_t> nodes;   // the graph nodes it computes, in graph order
   // For each node of `nodes`, the access map of its outputs (a permutation of the
@@ -80,7 +71,7 @@ enum class FusionRole : uint8_t {
   external,  // runs alone (convolution, matmul, reductions, Concat, ops without a recipe)
   view,      // a reshape-like alias
   elementwise,  // a recipe over inputs broadcast to the output
-  remap,     // transpose, slice, broadcast_to...: an index remapping of input 0
+  remap,     // an op with OpDef::remap_access (transpose, slice, broadcast_to...): input 0 re-indexed
 };
 FusionRole fusion_role(const ir::Node& n);
 

@@ -113,18 +113,10 @@ OpDef elementwise_op(std::string name, std::vector<InputSlot> inputs, Amp amp) {
   d.inputs = std::move(inputs);
   d.amp_fp16 = amp.fp16;
   d.amp_bf16 = amp.bf16;
+  // Same-shape operands give the same elements in any layout (layout_optimize checks the
+  // shapes: a broadcast or a per-channel view would not commute with a transpose).
+  d.channels_last = ChannelsLastRule{ChannelsLastRule::Channels::anywhere, "", /*every_input=*/true};
   return d;
-}
-
-// Registers `d`, then a copy under each non-null alias (MXNet's second spelling of the op).
-void add_with_aliases(OpRegistry& r, OpDef d, std::initializer_list<const char*> aliases) {
-  for (const char* alias : aliases) {
-    if (!alias) continue;
-    OpDef copy = d;
-    copy.name = alias;
-    r.add(std::move(copy));
-  }
-  r.add(std::move(d));
 }
 
 ScalarRecipe unary_recipe(UnaryMath f) {
@@ -185,7 +177,8 @@ void register_unary(OpRegistry& r) {
     OpDef d = elementwise_op(u.name, data_slot(), u.amp);
     d.infer = infer_like_input;
     d.recipe = unary_recipe(u.math);
-    add_with_aliases(r, std::move(d), {u.alias});
+    if (u.alias) d.aliases = {u.alias};
+    r.add(std::move(d));
   }
 
   // zeros_like/ones_like take only the input's type: the recipe never loads the input.
@@ -211,6 +204,7 @@ struct Binary {
   const char* name;
   BinaryMath math;
   Amp amp;
+  const char* alias = nullptr;  // MXNet's second name for the op
 };
 
 Val add(ScalarBuilder& b, Val x, Val y) { return b.add(x, y); }
@@ -257,10 +251,8 @@ void register_binary(OpRegistry& r) {
   }
   // NumPy broadcasting.
   const Binary broadcasting[] = {
-      {"broadcast_add", add, kWidest},
-      {"broadcast_plus", add, kWidest},
-      {"broadcast_sub", sub, kWidest},
-      {"broadcast_minus", sub, kWidest},
+      {"broadcast_add", add, kWidest, "broadcast_plus"},
+      {"broadcast_sub", sub, kWidest, "broadcast_minus"},
       {"broadcast_mul", mul, kWidest},
       {"broadcast_div", div, kWidest},
       {"broadcast_power", power, kFp32},
@@ -282,6 +274,7 @@ void register_binary(OpRegistry& r) {
   };
   for (const Binary& op : broadcasting) {
     OpDef d = elementwise_op(op.name, lhs_rhs_slots(), op.amp);
+    if (op.alias) d.aliases = {op.alias};
     d.infer = infer_broadcast(lhs_rhs_slots());
     d.recipe = binary_recipe(op.math);
     r.add(std::move(d));
@@ -400,7 +393,9 @@ void register_casts(OpRegistry& r) {
   cast.attrs = {required_attr("dtype", AttrKind::DType)};
   cast.infer = [](InferContext& c) { c.outputs[0] = TensorType{c.attrs.get_dtype("dtype"), c.in(0).shape}; };
   cast.recipe = identity_recipe();  // the store to the output dtype is the conversion
-  add_with_aliases(r, std::move(cast), {"cast"});
+  cast.is_cast = true;
+  cast.aliases = {"cast"};
+  r.add(std::move(cast));
 
   OpDef amp_cast = elementwise_op("amp_cast", data_slot(), kNeutral);
   amp_cast.attrs = {required_attr("dtype", AttrKind::DType)};
@@ -413,6 +408,7 @@ void register_casts(OpRegistry& r) {
     c.outputs[0] = TensorType{retype ? to : in.dtype, in.shape};
   };
   amp_cast.recipe = identity_recipe();
+  amp_cast.is_cast = true;
   r.add(std::move(amp_cast));
 }
 
@@ -453,7 +449,8 @@ void register_misc(OpRegistry& r) {
     for (int i = 1; i < n; ++i) sum = b.add(sum, b.input(i));
     return {sum};
   };
-  add_with_aliases(r, std::move(add_n), {"ElementWiseSum"});
+  add_n.aliases = {"ElementWiseSum"};
+  r.add(std::move(add_n));
 
   OpDef dropout = elementwise_op("Dropout", data_slot(), kNeutral);
   dropout.attrs = {

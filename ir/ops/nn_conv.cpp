@@ -48,6 +48,9 @@ OpDef convolution_def(bool deconv) {
     ctx.outputs[0] = TensorType{in.dtype, g.output_shape()};
   };
   d.amp_bf16 = d.amp_fp16 = AmpClass::lowp;
+  d.channels_last =
+      ChannelsLastRule{ChannelsLastRule::Channels::layout_attr, "layout", /*every_input=*/false,
+                       /*output_per_input=*/false, /*starts_region=*/true};
   return d;
 }
 
@@ -73,6 +76,7 @@ OpDef pooling_def() {
     ctx.outputs[0] = TensorType{data->dtype, pool_geometry(ctx.attrs, data->shape).output_shape()};
   };
   d.amp_bf16 = d.amp_fp16 = AmpClass::neutral;
+  d.channels_last = ChannelsLastRule{ChannelsLastRule::Channels::layout_attr, "layout"};
   return d;
 }
 

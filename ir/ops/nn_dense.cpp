@@ -140,6 +140,7 @@ OpDef embedding_def() {
   d.attrs = {required("input_dim", AttrKind::Int), required("output_dim", AttrKind::Int),
              optional("dtype", AttrKind::DType, DType::f32)};
   d.ignored_attrs = {"sparse_grad"};
+  d.table_index = TableIndex{0, "input_dim"};
   d.infer = [](InferContext& ctx) {
     const TensorType* indices = known_input(ctx, 0);
     if (!indices) return;

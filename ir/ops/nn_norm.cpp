@@ -1,5 +1,6 @@
 // BatchNorm and LayerNorm: schemas and type inference.
 #include "ir/error.h"
+#include "ir/ops/nn_norm.h"
 #include "ir/ops/nn_ops.h"
 #include "ir/ops/nn_params.h"
 
@@ -7,18 +8,24 @@ namespace ampfuse::ir::nn {
 
 namespace {
 
+// invstd = 1 / sqrt(var + eps). MXNet divides in f64 and rounds once; for a correctly
+// rounded division of f32 operands that is the same (f64 has more than 2 * 24 + 2 bits).
+ScalarBuilder::Val batch_norm_invstd(ScalarBuilder& b, ScalarBuilder::Val var, const Attrs& a) {
+  return b.div(b.constant(1.0), b.unary(ScalarOp::sqrt, b.add(var, b.constant(a.get_float("eps")))));
+}
+
 OpDef batch_norm_def() {
   OpDef d;
   d.name = "BatchNorm";
   // At inference BatchNorm is a per-channel affine map, so its recipe lets the planner fold
   // it into the loop of the ops around it (no pass over memory of its own). MXNet's order
   // of operations, in the compute type (f32, f64 for f64 data):
-  //   invstd = 1 / sqrt(var + eps)        (MXNet divides in f64 and rounds once: for a
-  //                                        correctly rounded division that is the same)
+  //   invstd = 1 / sqrt(var + eps)                  (batch_norm_invstd)
   //   y = ((x - mean) * invstd) * gamma + beta      (gamma = 1 with fix_gamma)
   // The per-channel inputs are viewed as [1,C,1,...] along `axis` (broadcast_view). With
-  // output_mean_var the statistics are outputs of another shape: the reference kernel
-  // (runtime/reference/norm_kernels.cpp, the same sequence) runs it unfused.
+  // output_mean_var the statistics are outputs of another shape, so the node is not fused:
+  // its reference kernel (runtime/reference/norm_kernels.cpp) evaluates this recipe for y
+  // and batch_norm_invstd_program for the statistic.
   d.kind = OpKind::compute;
   d.fusable = true;
   d.inputs = {{"data"},
@@ -49,8 +56,7 @@ OpDef batch_norm_def() {
   d.recipe_applies = [](const Attrs& a) { return !a.get_bool("output_mean_var"); };
   d.recipe = [](ScalarBuilder& b, const Attrs& a) -> std::vector<ScalarBuilder::Val> {
     const ScalarBuilder::Val x = b.input(0), mean = b.input(3), var = b.input(4);
-    const ScalarBuilder::Val invstd =
-        b.div(b.constant(1.0), b.unary(ScalarOp::sqrt, b.add(var, b.constant(a.get_float("eps")))));
+    const ScalarBuilder::Val invstd = batch_norm_invstd(b, var, a);
     const ScalarBuilder::Val normed = b.mul(b.sub(x, mean), invstd);
     const ScalarBuilder::Val scaled = a.get_bool("fix_gamma") ? normed : b.mul(normed, b.input(1));
     return {b.add(scaled, b.input(2))};
@@ -64,6 +70,7 @@ OpDef batch_norm_def() {
   };
   d.amp_bf16 = d.amp_fp16 = AmpClass::neutral;
   d.keep_fp32_inputs_bf16 = d.keep_fp32_inputs_fp16 = {1, 2, 3, 4};
+  d.channels_last = ChannelsLastRule{ChannelsLastRule::Channels::axis_attr, "axis"};
   return d;
 }
 
@@ -94,6 +101,11 @@ OpDef layer_norm_def() {
 }
 
 }  // namespace
+
+ScalarProgram batch_norm_invstd_program(const Attrs& a) {
+  ScalarBuilder b(4);  // gamma, beta, moving_mean, moving_var
+  return b.finish({batch_norm_invstd(b, b.input(3), a)});
+}
 
 void register_norm_ops(OpRegistry& r) {
   r.add(batch_norm_def());

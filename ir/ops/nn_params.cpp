@@ -12,17 +12,25 @@ int64_t normalize_axis(int64_t axis, size_t rank, std::string_view attr) {
   return axis < 0 ? axis + r : axis;
 }
 
-bool layout_channels_last(const Attrs& a, size_t rank) {
-  if (!a.has("layout")) return false;
-  const std::string& layout = a.get_string("layout");
+namespace {
+constexpr std::string_view kChannelsFirst[] = {"NCW", "NCHW", "NCDHW"};
+constexpr std::string_view kChannelsLast[] = {"NWC", "NHWC", "NDHWC"};
+}  // namespace
+
+bool layout_channels_last(const Attrs& a, size_t rank, const std::string& attr) {
+  if (!a.has(attr)) return false;
+  const std::string& layout = a.get_string(attr);
   if (layout == "None") return false;
-  static constexpr std::string_view kFirst[] = {"NCW", "NCHW", "NCDHW"};
-  static constexpr std::string_view kLast[] = {"NWC", "NHWC", "NDHWC"};
   if (rank >= 3 && rank <= 5) {
-    if (layout == kFirst[rank - 3]) return false;
-    if (layout == kLast[rank - 3]) return true;
+    if (layout == kChannelsFirst[rank - 3]) return false;
+    if (layout == kChannelsLast[rank - 3]) return true;
   }
-  fail("layout {} does not fit data of rank {}", layout, rank);
+  fail("{} {} does not fit data of rank {}", attr, layout, rank);
+}
+
+std::string_view layout_name(size_t rank, bool channels_last) {
+  if (rank < 3 || rank > 5) fail("data of rank {} has no layout name (ranks 3 to 5 do)", rank);
+  return (channels_last ? kChannelsLast : kChannelsFirst)[rank - 3];
 }
 
 Shape to_layout(const Shape& ncx, bool channels_last) {

@@ -18,9 +18,13 @@ namespace ampfuse::ir::nn {
 // `axis` (negative counts from the end) as an index into a rank-`rank` shape.
 int64_t normalize_axis(int64_t axis, size_t rank, std::string_view attr = "axis");
 
-// Whether the `layout` attribute of a rank-`rank` input puts channels last (NWC, NHWC,
-// NDHWC). "None" means channels first. Throws when the layout does not fit the rank.
-bool layout_channels_last(const Attrs& a, size_t rank);
+// Whether the layout attribute `attr` of a rank-`rank` input puts channels last (NWC,
+// NHWC, NDHWC). "None" or no such attribute means channels first. Throws when the layout
+// does not fit the rank.
+bool layout_channels_last(const Attrs& a, size_t rank, const std::string& attr = "layout");
+// The layout name of rank-`rank` data (3 to 5): NCW, NCHW, NCDHW, or with `channels_last`
+// NWC, NHWC, NDHWC.
+std::string_view layout_name(size_t rank, bool channels_last);
 
 // Reorders (N, C, spatial...) to (N, spatial..., C) when `channels_last`, and back.
 Shape to_layout(const Shape& ncx, bool channels_last);

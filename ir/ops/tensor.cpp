@@ -28,17 +28,6 @@ OpDef make_op(std::string name, OpKind kind, AmpClass amp, bool fusable) {
   return d;
 }
 
-// MXNet registers some ops under a second name (flatten, concat, split...): the same
-// definition is registered under each.
-void add(OpRegistry& r, OpDef def, const std::vector<const char*>& aliases = {}) {
-  for (const char* alias : aliases) {
-    OpDef copy = def;
-    copy.name = alias;
-    r.add(std::move(copy));
-  }
-  r.add(std::move(def));
-}
-
 // A count attribute (num_args, num_outputs...) that sizes the inputs or outputs. The upper
 // bound keeps a typo from sizing vectors of billions of slots.
 std::function<int(const Attrs&)> count_from(std::string attr) {
@@ -77,14 +66,16 @@ void register_views(OpRegistry& r) {
       fail("the legacy attributes 'target_shape' / 'keep_highest' are not supported: use 'shape'");
     return reshape_output_shape(in, a.get_ints("shape"), a.get_bool("reverse"));
   });
-  add(r, reshape, {"reshape"});
+  reshape.aliases = {"reshape"};
+  r.add(std::move(reshape));
 
   OpDef flatten = make_op("Flatten", OpKind::view, AmpClass::neutral, true);
   flatten.infer = keep_dtype([](const Shape& in, const Attrs&) {
     if (in.empty()) fail("cannot flatten a 0-d input");
     return Shape{in[0], num_elements(Shape(in.begin() + 1, in.end()))};
   });
-  add(r, flatten, {"flatten"});
+  flatten.aliases = {"flatten"};
+  r.add(std::move(flatten));
 
   OpDef expand = make_op("expand_dims", OpKind::view, AmpClass::neutral, true);
   expand.attrs = {required("axis", AttrKind::Int)};
@@ -93,7 +84,7 @@ void register_views(OpRegistry& r) {
     out.insert(out.begin() + resolve_insert_axis(a.get_int("axis"), in, "axis"), 1);
     return out;
   });
-  add(r, expand);
+  r.add(std::move(expand));
 
   OpDef squeeze = make_op("squeeze", OpKind::view, AmpClass::neutral, true);
   squeeze.attrs = {none_default("axis", AttrKind::IntList)};
@@ -115,10 +106,32 @@ void register_views(OpRegistry& r) {
     if (out.empty()) out = {1};  // MXNet 1.x has no 0-d arrays
     return out;
   });
-  add(r, squeeze);
+  r.add(std::move(squeeze));
 }
 
 // ---- data movement -------------------------------------------------------------------
+
+// The access map of an op whose output dim j is input dim perm[j]: input dim perm[j] walks
+// with iteration dim j.
+AccessMap permutation_access(const std::vector<int64_t>& perm) {
+  AccessMap m = AccessMap::identity(perm.size());
+  for (size_t j = 0; j < perm.size(); ++j) m.iter_dim[perm[j]] = static_cast<int32_t>(j);
+  return m;
+}
+
+// A slice reads input index begin + step * o along each dim.
+AccessMap slice_access(const std::vector<SliceDim>& dims) {
+  AccessMap m = AccessMap::identity(dims.size());
+  for (size_t k = 0; k < dims.size(); ++k) m.scale[k] = dims[k].step, m.offset[k] = dims[k].begin;
+  return m;
+}
+
+std::vector<int64_t> swap_permutation(const Shape& in, const Attrs& a) {
+  std::vector<int64_t> perm(in.size());
+  for (size_t d = 0; d < perm.size(); ++d) perm[d] = static_cast<int64_t>(d);
+  std::swap(perm[resolve_axis(a.get_int("dim1"), in, "dim1")], perm[resolve_axis(a.get_int("dim2"), in, "dim2")]);
+  return perm;
+}
 
 void register_permutes(OpRegistry& r) {
   OpDef transpose = make_op("transpose", OpKind::data_movement, AmpClass::neutral, true);
@@ -128,16 +141,23 @@ void register_permutes(OpRegistry& r) {
     for (int64_t d : transpose_permutation(in, a.get_ints("axes"))) out.push_back(in[d]);
     return out;
   });
-  add(r, transpose);
+  transpose.remap_access = [](const Attrs& a, const Shape& in, const Shape&) {
+    return permutation_access(transpose_permutation(in, a.get_ints("axes")));
+  };
+  r.add(std::move(transpose));
 
   OpDef swap = make_op("SwapAxis", OpKind::data_movement, AmpClass::neutral, true);
   swap.attrs = {with_default("dim1", AttrKind::Int, int64_t{0}), with_default("dim2", AttrKind::Int, int64_t{0})};
   swap.infer = keep_dtype([](const Shape& in, const Attrs& a) {
-    Shape out = in;
-    std::swap(out[resolve_axis(a.get_int("dim1"), in, "dim1")], out[resolve_axis(a.get_int("dim2"), in, "dim2")]);
+    Shape out;
+    for (int64_t d : swap_permutation(in, a)) out.push_back(in[d]);
     return out;
   });
-  add(r, swap, {"swapaxes"});
+  swap.remap_access = [](const Attrs& a, const Shape& in, const Shape&) {
+    return permutation_access(swap_permutation(in, a));
+  };
+  swap.aliases = {"swapaxes"};
+  r.add(std::move(swap));
 }
 
 void register_joins_and_splits(OpRegistry& r) {
@@ -159,7 +179,9 @@ void register_joins_and_splits(OpRegistry& r) {
     }
     ctx.outputs[0] = TensorType{dtype, out};
   };
-  add(r, concat, {"concat"});
+  concat.channels_last = ChannelsLastRule{ChannelsLastRule::Channels::axis_attr, "dim", /*every_input=*/true};
+  concat.aliases = {"concat"};
+  r.add(std::move(concat));
 
   OpDef stack = make_op("stack", OpKind::data_movement, AmpClass::widest, false);
   stack.attrs = {required("num_args", AttrKind::Int), with_default("axis", AttrKind::Int, int64_t{0})};
@@ -176,7 +198,7 @@ void register_joins_and_splits(OpRegistry& r) {
                static_cast<int64_t>(ctx.inputs.size()));
     ctx.outputs[0] = TensorType{dtype, out};
   };
-  add(r, stack);
+  r.add(std::move(stack));
 
   OpDef split = make_op("SliceChannel", OpKind::data_movement, AmpClass::neutral, false);
   split.attrs = {required("num_outputs", AttrKind::Int), with_default("axis", AttrKind::Int, int64_t{1}),
@@ -199,7 +221,10 @@ void register_joins_and_splits(OpRegistry& r) {
     }
     for (auto& o : ctx.outputs) o = TensorType{in.dtype, out};
   };
-  add(r, split, {"split"});
+  // No channels_last rule: moving a split across a layout change would need a transpose
+  // per output, more than the one it removes (layout_optimize moves the join, Concat).
+  split.aliases = {"split"};
+  r.add(std::move(split));
 }
 
 void register_slices(OpRegistry& r) {
@@ -207,7 +232,11 @@ void register_slices(OpRegistry& r) {
   slice.attrs = {required("begin", AttrKind::IntList), required("end", AttrKind::IntList),
                  with_default("step", AttrKind::IntList, no_ints())};
   slice.infer = keep_dtype([](const Shape& in, const Attrs& a) { return slice_output_shape(slice_dims(in, a)); });
-  add(r, slice, {"crop"});
+  slice.remap_access = [](const Attrs& a, const Shape& in, const Shape&) { return slice_access(slice_dims(in, a)); };
+  // MXNet's `crop` is this op under another name (matrix_op.cc); its legacy `Crop` (two
+  // inputs, offset / h_w / center_crop) is a different op, not registered here.
+  slice.aliases = {"crop"};
+  r.add(std::move(slice));
 
   OpDef slice_axis = make_op("slice_axis", OpKind::data_movement, AmpClass::neutral, true);
   // MXNet requires `end` but accepts None there; absent is read as None too.
@@ -215,7 +244,10 @@ void register_slices(OpRegistry& r) {
                       none_default("end", AttrKind::Int)};
   slice_axis.infer =
       keep_dtype([](const Shape& in, const Attrs& a) { return slice_output_shape(slice_axis_dims(in, a)); });
-  add(r, slice_axis);
+  slice_axis.remap_access = [](const Attrs& a, const Shape& in, const Shape&) {
+    return slice_access(slice_axis_dims(in, a));
+  };
+  r.add(std::move(slice_axis));
 
   OpDef slice_like = make_op("slice_like", OpKind::data_movement, AmpClass::neutral, true);
   slice_like.inputs = {{"data"}, {"shape_like"}};
@@ -225,29 +257,37 @@ void register_slices(OpRegistry& r) {
     const TensorType& in = ctx.in(0);
     ctx.outputs[0] = TensorType{in.dtype, slice_output_shape(slice_like_dims(in.shape, ctx.in(1).shape, ctx.attrs))};
   };
-  add(r, slice_like);
+  r.add(std::move(slice_like));
 }
 
 void register_broadcasts(OpRegistry& r) {
   OpDef to = make_op("broadcast_to", OpKind::data_movement, AmpClass::neutral, true);
   to.attrs = {with_default("shape", AttrKind::IntList, no_ints())};
   to.infer = keep_dtype(broadcast_to_shape);
-  add(r, to);
+  // Input and output have one rank; extent-1 dims of the input repeat.
+  const auto repeat_unit_dims = [](const Attrs&, const Shape& in, const Shape& out) {
+    return AccessMap::broadcast(in, out);
+  };
+  to.remap_access = repeat_unit_dims;
+  r.add(std::move(to));
 
   OpDef axis = make_op("broadcast_axis", OpKind::data_movement, AmpClass::neutral, true);
   axis.attrs = {with_default("axis", AttrKind::IntList, no_ints()), with_default("size", AttrKind::IntList, no_ints())};
   axis.infer = keep_dtype(broadcast_axis_shape);
-  add(r, axis, {"broadcast_axes"});
+  axis.remap_access = repeat_unit_dims;
+  axis.aliases = {"broadcast_axes"};
+  r.add(std::move(axis));
 
   OpDef like = make_op("broadcast_like", OpKind::data_movement, AmpClass::neutral, true);
   like.inputs = {{"lhs"}, {"rhs"}};
   like.attrs = {none_default("lhs_axes", AttrKind::IntList), none_default("rhs_axes", AttrKind::IntList)};
-  // rhs only lends its shape; the output has lhs's dtype.
+  // rhs only lends its shape; the output has lhs's dtype. No remap_access: a remapping
+  // reads one input, and the planner would load rhs for nothing.
   like.infer = [](InferContext& ctx) {
     const TensorType& lhs = ctx.in(0);
     ctx.outputs[0] = TensorType{lhs.dtype, broadcast_like_shape(lhs.shape, ctx.in(1).shape, ctx.attrs)};
   };
-  add(r, like);
+  r.add(std::move(like));
 }
 
 // ---- reductions ------------------------------------------------------------------------
@@ -256,7 +296,7 @@ void register_reductions(OpRegistry& r) {
   struct Reduction {
     const char* name;
     AmpClass amp;
-    std::vector<const char*> aliases;
+    std::vector<std::string> aliases;
   };
   // sum, mean and prod overflow in 16 bits, so MXNet's AMP lists run them in fp32;
   // max and min pick an element and are exact in any type.
@@ -270,7 +310,8 @@ void register_reductions(OpRegistry& r) {
     d.attrs = {none_default("axis", AttrKind::IntList), with_default("keepdims", AttrKind::Bool, false),
                with_default("exclude", AttrKind::Bool, false)};
     d.infer = keep_dtype([](const Shape& in, const Attrs& a) { return reduce_plan(in, a).out; });
-    add(r, d, red.aliases);
+    d.aliases = red.aliases;
+    r.add(std::move(d));
   }
 
   // The loss-scaling overflow check. init_output=False in MXNet ANDs into the previous
@@ -281,7 +322,7 @@ void register_reductions(OpRegistry& r) {
     ctx.in(0);  // throws if the input is unknown
     ctx.outputs[0] = TensorType{DType::f32, {1}};
   };
-  add(r, all_finite);
+  r.add(std::move(all_finite));
 
   OpDef multi = make_op("multi_all_finite", OpKind::reduction, AmpClass::neutral, false);
   multi.attrs = {with_default("num_arrays", AttrKind::Int, int64_t{1}), with_default("init_output", AttrKind::Bool, true)};
@@ -290,7 +331,7 @@ void register_reductions(OpRegistry& r) {
     for (size_t i = 0; i < ctx.inputs.size(); ++i) ctx.in(i);
     ctx.outputs[0] = TensorType{DType::f32, {1}};
   };
-  add(r, multi);
+  r.add(std::move(multi));
 }
 
 // ---- sources -----------------------------------------------------------------------------
@@ -312,7 +353,7 @@ void register_sources(OpRegistry& r) {
       if (shape.empty() || std::find(shape.begin(), shape.end(), 0) != shape.end()) return;
       ctx.outputs[0] = TensorType{ctx.attrs.get_dtype("dtype"), shape};
     };
-    add(r, d);
+    r.add(std::move(d));
   }
 }
 
@@ -345,6 +386,8 @@ void register_amp_multicast(OpRegistry& r) {
   d.attrs = {required("num_outputs", AttrKind::Int), with_default("cast_narrow", AttrKind::Bool, false)};
   d.num_inputs = count_from("num_outputs");
   d.num_outputs = count_from("num_outputs");
+  d.channels_last = ChannelsLastRule{ChannelsLastRule::Channels::anywhere, "", /*every_input=*/true,
+                                     /*output_per_input=*/true};
   d.infer = [](InferContext& ctx) {
     const DType target = multicast_target(ctx, ctx.attrs.get_bool("cast_narrow"));
     for (size_t i = 0; i < ctx.inputs.size(); ++i) {
@@ -353,7 +396,7 @@ void register_amp_multicast(OpRegistry& r) {
       ctx.outputs[i] = TensorType{t, ctx.in(i).shape};
     }
   };
-  add(r, d);
+  r.add(std::move(d));
 }
 
 }  // namespace

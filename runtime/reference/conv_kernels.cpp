@@ -146,7 +146,7 @@ void conv_kernel(const ir::Node& node, std::span<const Tensor> in, std::span<Ten
   const Window w = conv_window(g);
   const int64_t spatial_in = extent(g.in_size, 0, g.in_size.size());
   const int64_t spatial_out = extent(g.out_size, 0, g.out_size.size());
-  with_compute_type(in[0].dtype() == DType::f64, [&]<class T>() {
+  with_compute_type({in[0].dtype()}, [&]<class T>() {
     std::vector<T> x = load<T>(in[0]), weight = load<T>(in[1]);
     std::vector<T> bias = in.size() > 2 ? load<T>(in[2]) : std::vector<T>{};
     if (g.channels_last) {
@@ -222,7 +222,7 @@ void pooling_kernel(const ir::Node& node, std::span<const Tensor> in, std::span<
   }
   const int64_t planes = g.batch * g.channels, in_plane = ins[0] * ins[1] * ins[2];
   const int64_t out_plane = outs[0] * outs[1] * outs[2];
-  with_compute_type(in[0].dtype() == DType::f64, [&]<class T>() {
+  with_compute_type({in[0].dtype()}, [&]<class T>() {
     std::vector<T> x = load<T>(in[0]);
     if (g.channels_last) x = transpose_last_two(x, g.batch, in_plane, g.channels);
     std::vector<T> y(static_cast<size_t>(planes * out_plane));

@@ -12,15 +12,13 @@ namespace ampfuse::runtime::ref {
 
 namespace {
 
-bool is_f64(std::span<const Tensor> in) { return in[0].dtype() == DType::f64; }
-
 // y (rows, hidden) = x (rows, features) * weight (hidden, features)^T + bias.
 void fully_connected(const ir::Node& node, std::span<const Tensor> in, std::span<Tensor> out) {
   const int64_t hidden = node.attrs.get_int("num_hidden");
   const int64_t features = in[1].shape()[1];
   const int64_t rows =
       node.attrs.get_bool("flatten") ? in[0].shape()[0] : extent(in[0].shape(), 0, in[0].shape().size() - 1);
-  with_compute_type(is_f64(in), [&]<class T>() {
+  with_compute_type({in[0].dtype()}, [&]<class T>() {
     const std::vector<T> x = load<T>(in[0]), w = load<T>(in[1]);
     std::vector<T> y(static_cast<size_t>(rows * hidden));
     gemm<T>(rows, hidden, features, x.data(), features, false, w.data(), features, true, y.data(), hidden);
@@ -42,7 +40,7 @@ void dot(const ir::Node& node, std::span<const Tensor> in, std::span<Tensor> out
   const int64_t k = ta ? l.front() : l.back();
   const int64_t m = ta ? extent(l, 1, l.size()) : extent(l, 0, l.size() - 1);
   const int64_t n = tb ? extent(r, 0, r.size() - 1) : extent(r, 1, r.size());
-  with_compute_type(is_f64(in), [&]<class T>() {
+  with_compute_type({in[0].dtype()}, [&]<class T>() {
     const std::vector<T> a = load<T>(in[0]), b = load<T>(in[1]);
     std::vector<T> y(static_cast<size_t>(m * n));
     gemm<T>(m, n, k, a.data(), ta ? m : k, ta, b.data(), tb ? k : n, tb, y.data(), n);
@@ -58,7 +56,7 @@ void batch_dot(const ir::Node& node, std::span<const Tensor> in, std::span<Tenso
   const size_t rank = l.size();
   const int64_t m = o[rank - 2], n = o[rank - 1], k = ta ? l[rank - 2] : l[rank - 1];
   const int64_t batches = extent(l, 0, rank - 2);
-  with_compute_type(is_f64(in), [&]<class T>() {
+  with_compute_type({in[0].dtype()}, [&]<class T>() {
     const std::vector<T> a = load<T>(in[0]), b = load<T>(in[1]);
     std::vector<T> y(static_cast<size_t>(batches * m * n));
     for (int64_t i = 0; i < batches; ++i)

@@ -1,14 +1,16 @@
 // Moving tensor data in and out of the reference kernels' compute type.
 //
-// The kernels compute in f32 (f64 when the data is f64): `load` widens any element type
-// exactly, `store` rounds once to the output's dtype with the round_to rules of
-// ir/scalar_program.h, so a kernel never rounds twice.
+// The kernels compute in ir::compute_type of their data (f32, f64 for f64 data; see
+// with_compute_type below): `load` widens any element type exactly, `store` rounds once to
+// the output's dtype with the round_to rules of ir/scalar_program.h, so a kernel never
+// rounds twice.
 #pragma once
 
 #include "ir/lowp.h"
 #include "runtime/tensor.h"
 
 #include <cstdint>
+#include <initializer_list>
 #include <vector>
 
 namespace ampfuse::runtime::ref {
@@ -67,11 +69,11 @@ void store(const std::vector<T>& values, Tensor& out) {
   store(values.data(), out);
 }
 
-// Runs fn.template operator()<T>() with T = double when `f64`, else float: the one place
-// that picks a kernel's compute type.
+// Runs fn.template operator()<T>() with T the C++ type of ir::compute_type(operand_dtypes)
+// (double for f64, else float): how every reference kernel picks its compute type.
 template <class Fn>
-void with_compute_type(bool f64, Fn&& fn) {
-  if (f64)
+void with_compute_type(std::initializer_list<DType> operand_dtypes, Fn&& fn) {
+  if (ir::compute_type(operand_dtypes) == DType::f64)
     fn.template operator()<double>();
   else
     fn.template operator()<float>();

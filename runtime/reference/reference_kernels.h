@@ -15,10 +15,12 @@ namespace ampfuse::runtime {
 using ReferenceKernel =
     std::function<void(const ir::Node& node, std::span<const Tensor> inputs, std::span<Tensor> outputs)>;
 
-// The kernel for `op`, or nullptr. Elementwise ops have none: the interpreter runs their recipe.
+// The kernel for `op` (a canonical op name, as graph nodes hold), or nullptr. Elementwise
+// ops have none: the interpreter runs their recipe.
 const ReferenceKernel* find_reference_kernel(std::string_view op);
 
-// Registration, one function per file in runtime/reference/.
+// Registration, one function per file in runtime/reference/. Throws unless `op` is the
+// canonical name of a registered op.
 void register_reference_kernel(std::string op, ReferenceKernel k);
 void register_nn_kernels();
 void register_tensor_kernels();

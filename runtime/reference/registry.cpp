@@ -1,6 +1,7 @@
 #include "runtime/reference/reference_kernels.h"
 
 #include "ir/error.h"
+#include "ir/op_registry.h"
 
 #include <map>
 #include <mutex>
@@ -16,6 +17,8 @@ std::map<std::string, ReferenceKernel, std::less<>>& table() {
 }  // namespace
 
 void register_reference_kernel(std::string op, ReferenceKernel k) {
+  // Graphs hold canonical op names only (ir/op_registry.h): a kernel under an alias would never run.
+  if (!ir::OpRegistry::global().find(op)) fail("reference kernel for '{}', which is not an op's canonical name", op);
   if (!table().emplace(op, std::move(k)).second) fail("reference kernel for '{}' registered twice", op);
 }
 

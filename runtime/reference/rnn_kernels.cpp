@@ -88,7 +88,7 @@ void rnn(const ir::Node& node, std::span<const Tensor> in, std::span<Tensor> out
   const RnnGeometry g = ir::nn::rnn_geometry(node.attrs, in[0].shape());
   const bool lstm = g.mode == RnnMode::lstm;
   const int64_t state_size = g.batch * g.hidden;
-  with_compute_type(in[0].dtype() == DType::f64, [&]<class T>() {
+  with_compute_type({in[0].dtype()}, [&]<class T>() {
     std::vector<T> layer_in = load<T>(in[0]);
     const std::vector<T> params = load<T>(in[1]);
     std::vector<T> h = load<T>(in[2]);

@@ -47,7 +47,7 @@ void softmax_kernel(const ir::Node& node, std::span<const Tensor> in, std::span<
   const Rows r =
       rows_along(shape, static_cast<size_t>(ir::nn::normalize_axis(node.attrs.get_int("axis"), shape.size())));
   const double t = node.attrs.is_none("temperature") ? 1.0 : node.attrs.get_float("temperature");
-  with_compute_type(in[0].dtype() == DType::f64 || out[0].dtype() == DType::f64, [&]<class T>() {
+  with_compute_type({in[0].dtype(), out[0].dtype()}, [&]<class T>() {
     std::vector<T> x = load<T>(in[0]);
     softmax_rows<T>(x, r, static_cast<T>(t), log);
     store(x, out[0]);
@@ -65,7 +65,7 @@ void softmax_output(const ir::Node& node, std::span<const Tensor> in, std::span<
     r = rows_along(shape, shape.size() - 1);
   else
     r = {shape[0], extent(shape, 1, shape.size()), 1};
-  with_compute_type(in[0].dtype() == DType::f64, [&]<class T>() {
+  with_compute_type({in[0].dtype()}, [&]<class T>() {
     std::vector<T> x = load<T>(in[0]);
     softmax_rows<T>(x, r, T(1), false);
     store(x, out[0]);

@@ -237,21 +237,21 @@ void amp_multicast(const ir::Node&, Inputs in, Outputs out) {
 }  // namespace
 
 void register_tensor_kernels() {
-  register_all({"Reshape", "reshape", "Flatten", "flatten", "expand_dims", "squeeze"}, copy_all);
+  register_all({"Reshape", "Flatten", "expand_dims", "squeeze"}, copy_all);
   register_all({"transpose"}, transpose);
-  register_all({"SwapAxis", "swapaxes"}, swap_axis);
-  register_all({"Concat", "concat"}, concat);
+  register_all({"SwapAxis"}, swap_axis);
+  register_all({"Concat"}, concat);
   register_all({"stack"}, stack);
-  register_all({"SliceChannel", "split"}, slice_channel);
-  register_all({"slice", "crop"}, slice);
+  register_all({"SliceChannel"}, slice_channel);
+  register_all({"slice"}, slice);
   register_all({"slice_axis"}, slice_axis);
   register_all({"slice_like"}, slice_like);
-  register_all({"broadcast_to", "broadcast_axis", "broadcast_axes", "broadcast_like"}, broadcast);
-  register_all({"sum", "sum_axis"}, [](const ir::Node& n, Inputs in, Outputs out) { fold(Fold::sum, n, in, out); });
+  register_all({"broadcast_to", "broadcast_axis", "broadcast_like"}, broadcast);
+  register_all({"sum"}, [](const ir::Node& n, Inputs in, Outputs out) { fold(Fold::sum, n, in, out); });
   register_all({"mean"}, [](const ir::Node& n, Inputs in, Outputs out) { fold(Fold::mean, n, in, out); });
   register_all({"prod"}, [](const ir::Node& n, Inputs in, Outputs out) { fold(Fold::prod, n, in, out); });
-  register_all({"max", "max_axis"}, [](const ir::Node& n, Inputs in, Outputs out) { select(true, n, in, out); });
-  register_all({"min", "min_axis"}, [](const ir::Node& n, Inputs in, Outputs out) { select(false, n, in, out); });
+  register_all({"max"}, [](const ir::Node& n, Inputs in, Outputs out) { select(true, n, in, out); });
+  register_all({"min"}, [](const ir::Node& n, Inputs in, Outputs out) { select(false, n, in, out); });
   register_all({"all_finite", "multi_all_finite"}, all_finite);
   register_all({"_zeros"}, [](const ir::Node&, Inputs, Outputs out) { fill(out, 0.0); });
   register_all({"_ones"}, [](const ir::Node&, Inputs, Outputs out) { fill(out, 1.0); });
