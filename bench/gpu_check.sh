@@ -63,7 +63,7 @@ if grep -q "no CUDA driver\|no CUDA device" "$OUT/cuda_tests.log"; then
   cat "$SUMMARY"
   exit $status
 fi
-# Whole models on the GPU (engine/execution/device_executor.h): the report's latency, error vs the f32
+# Whole models on the GPU (engine/execution/executor.h): the report's latency, error vs the f32
 # CPU run, plan, and host round trips. External ops run on the host.
 step run_default 15 "$BUILD/ampfuse" run --device cuda --repeat 20 --shape data=8,3,32,32
 step run_default_bf16 15 "$BUILD/ampfuse" run --device cuda --amp bf16 --repeat 20 --shape data=8,3,32,32
