@@ -2,7 +2,7 @@
 # The CUDA backend on a machine with a GPU, in one go (docs/cuda.md): configure and build
 # the release binaries it needs, run the CUDA tests (NVRTC/ptxas builds and the device
 # tests: the cases and the differential fuzzer's kernels against the reference, and whole
-# plans through the device executor), `ampfuse run --device cuda` of the default model and
+# plans through the executor), `ampfuse run --device cuda` of the default model and
 # of a real one, then the bandwidth benchmark. Everything lands in the folder given as $1
 # (default bench/results/). Budget: under 8 minutes with 16 cores; each step has its own
 # timeout.
