@@ -2,7 +2,7 @@
 # The CUDA backend on a machine with a GPU, in one go (docs/cuda.md): configure and build
 # the release binaries it needs, run the CUDA tests (NVRTC/ptxas builds and the device
 # tests: the cases and the differential fuzzer's kernels against the reference, and whole
-# plans through the executor on the GPU), `ampfuse run --device cuda` of the default model and
+# plans through the executor), `ampfuse run --device cuda` of the default model and
 # of a real one, then the bandwidth benchmark. Everything lands in the folder given as $1
 # (default bench/results/). Budget: under 8 minutes with 16 cores; each step has its own
 # timeout.
@@ -63,7 +63,7 @@ if grep -q "no CUDA driver\|no CUDA device" "$OUT/cuda_tests.log"; then
   cat "$SUMMARY"
   exit $status
 fi
-# Whole models on the GPU (engine/execution/executor.h, one executor for every device): the report's latency, error vs the f32
+# Whole models on the GPU (engine/execution/executor.h): the report's latency, error vs the f32
 # CPU run, plan, and host round trips. External ops run on the host.
 step run_default 15 "$BUILD/ampfuse" run --device cuda --repeat 20 --shape data=8,3,32,32
 step run_default_bf16 15 "$BUILD/ampfuse" run --device cuda --amp bf16 --repeat 20 --shape data=8,3,32,32

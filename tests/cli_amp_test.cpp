@@ -39,9 +39,11 @@ TEST(CliConvert, BadOptionsAreNamed) {
   SKIP_WITHOUT_MODEL(model);
   testing::ScopedTempDir dir;
   expect_clean_error(run_cli(fmt::format("convert '{}' --shape data=35,1 --shape softmax_label=35 --amp int8 -o '{}'", model, dir.file("x.json"))),
-                     "--amp int8: expected off, bf16 or fp16");
+                     "--amp int8: expected bf16 or fp16");
   expect_clean_error(run_cli(fmt::format("convert '{}' --shape data=35,1 --shape softmax_label=35 --amp off -o '{}'", model, dir.file("x.json"))),
-                     "convert needs a target");
+                     "--amp off: expected bf16 or fp16");
+  expect_clean_error(run_cli(fmt::format("convert '{}' --shape data=35,1 --shape softmax_label=35 -o '{}'", model, dir.file("x.json"))),
+                     "--amp is required");
   expect_clean_error(run_cli(fmt::format("convert '{}' --shape data=35,1 --shape softmax_label=35 --amp bf16 -o /nonexistent/dir/x.json", model)),
                      "/nonexistent/dir/x.json");
   expect_clean_error(run_cli(fmt::format("convert '{}' --shape data=35,1 --shape softmax_label=35 --amp bf16 --layout nchw -o '{}'", model, dir.file("x.json"))),

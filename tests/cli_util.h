@@ -20,10 +20,11 @@ struct CliResult {
   std::string out, err;
 };
 
-inline CliResult run_cli(const std::string& args) {
+// Runs a command line with /bin/sh (it may set variables, change directory, ...).
+inline CliResult run_shell(const std::string& command) {
   testing::ScopedTempDir tmp;
   const std::string err_file = tmp.file("stderr");
-  const std::string cmd = fmt::format("'{}' {} 2>'{}'", AMPFUSE_CLI_PATH, args, err_file);
+  const std::string cmd = fmt::format("{{ {}\n}} 2>'{}'", command, err_file);
   CliResult r;
   FILE* p = popen(cmd.c_str(), "r");
   if (!p) {
@@ -39,6 +40,9 @@ inline CliResult run_cli(const std::string& args) {
   r.err.assign(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
   return r;
 }
+
+// The ampfuse program with `args` (shell words: quote paths).
+inline CliResult run_cli(const std::string& args) { return run_shell(fmt::format("'{}' {}", AMPFUSE_CLI_PATH, args)); }
 
 inline nlohmann::json parse_json(const CliResult& r) {
   try {

@@ -27,9 +27,10 @@ std::optional<engine::AmpOptions> AmpArgs::options() const {
   return o;
 }
 
-void add_amp_args(CLI::App& cmd, AmpArgs& a, const std::string& amp_help, bool overrides) {
-  cmd.add_option("--amp", a.amp, amp_help)->type_name("off|bf16|fp16");
-  if (!overrides) return;
+CLI::Option* add_amp_args(CLI::App& cmd, AmpArgs& a, const std::string& amp_help, bool overrides,
+                          const std::string& amp_values) {
+  CLI::Option* amp = cmd.add_option("--amp", a.amp, amp_help)->type_name(amp_values);
+  if (!overrides) return amp;
   cmd.add_option("--lp16-ops", a.lp16_ops, "Ops that run in the low-precision type (comma-separated)")
       ->delimiter(',')
       ->type_name("OP,...");
@@ -45,6 +46,7 @@ void add_amp_args(CLI::App& cmd, AmpArgs& a, const std::string& amp_help, bool o
                "Store a weight in the low-precision type when every reader casts it");
   cmd.add_flag("--cast-narrow", a.cast_narrow, "Widest-type ops with mixed inputs run in low precision");
   cmd.add_option("--layout", a.layout, "Put convolution regions in channels-last (nhwc)")->type_name("nhwc");
+  return amp;
 }
 
 }  // namespace ampfuse::tools

@@ -23,7 +23,9 @@ struct AmpArgs {
   std::optional<engine::AmpOptions> options() const;
 };
 
-// Adds --amp (with `amp_help`) and, with `overrides`, the op-class and layout options.
-void add_amp_args(CLI::App& cmd, AmpArgs& a, const std::string& amp_help, bool overrides);
+// Adds --amp (with `amp_help`, its values shown as `amp_values`) and, with `overrides`, the
+// op-class and layout options. Returns the --amp option.
+CLI::Option* add_amp_args(CLI::App& cmd, AmpArgs& a, const std::string& amp_help, bool overrides,
+                          const std::string& amp_values = "off|bf16|fp16");
 
 }  // namespace ampfuse::tools

@@ -3,12 +3,26 @@
 #include "ir/error.h"
 #include "tools/commands.h"
 
+#include <oneapi/dnnl/dnnl.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <exception>
+#include <string>
 #include <vector>
 
 namespace {
+
+#ifndef AMPFUSE_VERSION
+#error "AMPFUSE_VERSION comes from project(ampfuse VERSION ...) in CMakeLists.txt"
+#endif
+
+// `ampfuse --version`: this program, the LLVM it was built with, the oneDNN it runs with.
+std::string version_text() {
+  const dnnl_version_t* dnnl = dnnl_version();
+  return fmt::format("ampfuse {}\nLLVM {}\noneDNN {}.{}.{}", AMPFUSE_VERSION, AMPFUSE_LLVM_VERSION, dnnl->major,
+                     dnnl->minor, dnnl->patch);
+}
 
 int report_error(const char* message) {
   std::fflush(stdout);
@@ -20,12 +34,17 @@ int report_error(const char* message) {
 
 int main(int argc, char** argv) {
   CLI::App app{"ampfuse: a JIT fusion engine for mixed-precision deep-learning graphs (MXNet compatible).\n"
-               "Inspects and runs MXNet *-symbol.json models on the reference interpreter.",
+               "Inspects MXNet *-symbol.json models, converts them for automatic mixed precision, and runs\n"
+               "them as fused kernels compiled at run time (or on the reference interpreter, which defines\n"
+               "what every graph computes).",
                "ampfuse"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", version_text, "Print the versions of ampfuse, LLVM and oneDNN and exit");
   app.footer("Run 'ampfuse COMMAND --help' for the options of a command.\n"
              "Exit status: 0 on success, 1 on any error (printed as 'ampfuse: error: ...'),\n"
-             "2 from 'info --json' when output shapes could not be inferred.");
+             "2 from 'info --json' when output shapes could not be inferred.\n"
+             "Environment: AMPFUSE_THREADS, OMP_NUM_THREADS, OMP_WAIT_POLICY, AMPFUSE_STRICT, AMPFUSE_DUMP\n"
+             "(README.md, \"Environment switches\").");
   std::vector<ampfuse::tools::Command> commands = {ampfuse::tools::add_info_command(app),
                                                    ampfuse::tools::add_run_command(app),
                                                    ampfuse::tools::add_convert_command(app),

@@ -25,8 +25,9 @@ struct ConvertOptions {
 };
 
 int run_convert(const ConvertOptions& o) {
+  if (o.amp.amp != "bf16" && o.amp.amp != "fp16")
+    fail("--amp {}: expected bf16 or fp16 (convert writes a low-precision model)", o.amp.amp);
   const std::optional<engine::AmpOptions> amp = o.amp.options();
-  if (!amp) fail("--amp: convert needs a target, bf16 or fp16");
   const std::map<std::string, ir::Shape> shapes = parse_shape_args(o.shapes);
   ir::Graph g = load_model_file(o.model);
   with_context("--shape", [&] { set_variable_shapes(g, shapes); });
@@ -80,13 +81,15 @@ Command add_convert_command(CLI::App& parent) {
   cmd->add_option("--shape", o->shapes, "Shape of an input (repeatable)")
       ->allow_extra_args(false)
       ->type_name("NAME=D0,D1,...");
-  add_amp_args(*cmd, o->amp, "Low-precision type (required)", true);
+  add_amp_args(*cmd, o->amp, "Low-precision type to convert to", true, "bf16|fp16")->required();
   cmd->add_option("-o,--output", o->output, "Where to write the converted symbol JSON")
       ->required()
       ->type_name("OUT.json");
   cmd->add_flag("--json", o->json,
                 "Print one JSON object {model, output, target, nodes_before, nodes_after, casts_inserted, "
                 "casts_removed, casts_final, params_offline, lp16_nodes, fp32_nodes, op_classes}");
+  cmd->footer("The steps: infer types, amp-convert, cast-fold, layout-optimize (--layout), dce (engine/lower.h).\n"
+              "The result is MXNet 1.x symbol JSON, amp_cast / amp_multicast spelled as MXNet 1.9 loads them.");
   return {cmd, [o] { return run_convert(*o); }};
 }
 
