@@ -1,21 +1,15 @@
-// The one exception type users see: a message that names the file, node and argument.
+// Throwing the one exception type users see (ir/exception.h): a message that names the
+// file, node and argument.
 #pragma once
+
+#include "ir/exception.h"
 
 #include <fmt/format.h>
 
-#include <stdexcept>
 #include <string>
 #include <utility>
 
 namespace ampfuse {
-
-// A user-facing error. The message is complete on its own ("model.json: node 'conv0'
-// (Convolution): input 1 has shape [3] but ..."); callers add context by catching and
-// rethrowing with a prefix (see with_context).
-class Error : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
 
 template <class... Args>
 [[noreturn]] void fail(fmt::format_string<Args...> format, Args&&... args) {

@@ -111,6 +111,9 @@ const Tensor& bound_variable(const ir::Node& n, const Bindings& vars) {
   if (n.outputs.empty()) fail("variable '{}' has no type (run type inference first)", n.name);
   const Tensor& t = it->second;
   if (t.empty_storage()) fail("variable '{}' is bound to a tensor without storage", n.name);
+  if (!t.is_contiguous())
+    fail("variable '{}' is bound to a non-contiguous tensor (strides {}); bind its contiguous()", n.name,
+         ir::shape_str(t.strides()));
   if (t.type() != n.outputs[0])
     fail("variable '{}' is bound to {} but the graph needs {}", n.name, ir::type_str(t.type()),
          ir::type_str(n.outputs[0]));

@@ -26,7 +26,8 @@ using Bindings = std::map<std::string, Tensor>;
 std::vector<Tensor> interpret(const ir::Graph& g, const Bindings& vars);
 
 // The tensor bound to variable node `n` (types inferred); throws ampfuse::Error naming the
-// variable when it is unbound, has no storage or has another type. Every executor's check.
+// variable when it is unbound, has no storage, has another type or is not contiguous.
+// Every executor's check.
 const Tensor& bound_variable(const ir::Node& n, const Bindings& vars);
 
 // Runs one op node (types inferred) on its input tensors: the recipe for elementwise ops,

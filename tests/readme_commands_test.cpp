@@ -9,6 +9,7 @@
 // root; `--repeat N` becomes `--repeat 1` and `run` gets `--repeat 1` when it has none.
 // Commands that need the models skip without them, `.svg` ones without Graphviz, and runs
 // of a model file in the sanitizer build.
+#include "ampfuse/version.h"
 #include "tests/cli_util.h"
 #include "tests/test_util.h"
 

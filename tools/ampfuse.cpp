@@ -1,5 +1,6 @@
 // The ampfuse command line: parses, dispatches to a subcommand, and turns every failure
 // into one "ampfuse: error: ..." line and exit status 1 (a user never sees a stack trace).
+#include "ampfuse/version.h"
 #include "ir/error.h"
 #include "tools/commands.h"
 
@@ -12,10 +13,6 @@
 #include <vector>
 
 namespace {
-
-#ifndef AMPFUSE_VERSION
-#error "AMPFUSE_VERSION comes from project(ampfuse VERSION ...) in CMakeLists.txt"
-#endif
 
 // `ampfuse --version`: this program, the LLVM it was built with, the oneDNN it runs with.
 std::string version_text() {
