@@ -24,7 +24,7 @@
 #include "ir/text_format.h"
 #include "ir/type_inference.h"
 
-#include "engine/passes/amp_pipeline.h"
+#include "engine/lower.h"
 
 #include "engine/execution/executor.h"
 #include "runtime/interpreter.h"
