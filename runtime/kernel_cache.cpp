@@ -1,6 +1,7 @@
 #include "runtime/kernel_cache.h"
 
 #include "codegen/llvm_emitter.h"
+#include "codegen/llvm_target.h"
 #include "ir/error.h"
 #include "runtime/jit.h"
 
@@ -39,13 +40,15 @@ std::shared_ptr<const CompiledKernel> compile(const codegen::KernelSpec& spec, s
 
 }  // namespace
 
+KernelCache::KernelCache() : target_tag_(codegen::jit_target().cache_tag) {}
+
 KernelCache& KernelCache::global() {
   static KernelCache* cache = new KernelCache();  // never destroyed, like the code it points to
   return *cache;
 }
 
 std::shared_ptr<const CompiledKernel> KernelCache::get(const codegen::KernelSpec& spec) {
-  std::string key = spec.cache_key();  // validates
+  std::string key = target_tag_ + '|' + spec.cache_key();  // validates the spec
   std::shared_ptr<Entry> entry;
   bool first = false;
   {

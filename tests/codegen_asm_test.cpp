@@ -26,7 +26,7 @@ ir::ScalarProgram cast_body() {
 }
 
 std::string assembly(const KernelSpec& spec) {
-  return codegen::host_assembly(codegen::build_kernel_module(spec, "k"));
+  return codegen::target_assembly(codegen::build_kernel_module(spec, "k"));
 }
 std::string ir_of(const KernelSpec& spec) { return codegen::ir_text(codegen::build_kernel_module(spec, "k")); }
 
