@@ -46,14 +46,14 @@ LlvmModule emit_kernel_module(const KernelSignature& sig, const std::string& sym
 
 LlvmModule build_kernel_module(const KernelSpec& spec, const std::string& symbol) {
   LlvmModule m = emit_kernel_module(signature(spec), symbol);
-  optimize_for_host(m);
+  optimize_for_target(m);
   mark_streaming_stores(*m.module);
   if (dump_enabled("code"))
     std::fprintf(stderr, "=== kernel %s\n%s=== LLVM IR (optimized)\n%s", symbol.c_str(), print_kernel_spec(spec).c_str(),
                  ir_text(m).c_str());
   if (dump_enabled("asm"))
-    std::fprintf(stderr, "=== %s assembly (%s)\n%s", symbol.c_str(), host_target().cpu.c_str(),
-                 host_assembly(m).c_str());
+    std::fprintf(stderr, "=== %s assembly (%s, %d-bit vectors)\n%s", symbol.c_str(), jit_target().cpu.c_str(),
+                 target_vector_bits(), target_assembly(m).c_str());
   return m;
 }
 

@@ -28,8 +28,8 @@ namespace ampfuse::codegen {
 // The kernel as unoptimized IR in a fresh module.
 LlvmModule emit_kernel_module(const KernelSignature& sig, const std::string& symbol);
 
-// emit_kernel_module + optimize_for_host. With AMPFUSE_DUMP containing "code", prints the
-// spec and the optimized IR to stderr; with "asm", the host assembly too.
+// emit_kernel_module + optimize_for_target. With AMPFUSE_DUMP containing "code", prints the
+// spec and the optimized IR to stderr; with "asm", the target assembly too.
 LlvmModule build_kernel_module(const KernelSpec& spec, const std::string& symbol);
 
 }  // namespace ampfuse::codegen

@@ -35,10 +35,10 @@ struct Jit::Impl {
 };
 
 Jit::Jit() : impl_(std::make_unique<Impl>()) {
-  const codegen::HostTarget& host = codegen::host_target();  // initializes the native target
-  llvm::orc::JITTargetMachineBuilder machine{llvm::Triple(host.triple)};
-  machine.setCPU(host.cpu);
-  llvm::SubtargetFeatures features(host.features);
+  const codegen::JitTarget& target = codegen::jit_target();  // initializes LLVM's native target
+  llvm::orc::JITTargetMachineBuilder machine{llvm::Triple(target.triple)};
+  machine.setCPU(target.cpu);
+  llvm::SubtargetFeatures features(target.features);
   machine.addFeatures(features.getFeatures());
   machine.setCodeGenOptLevel(llvm::CodeGenOptLevel::Aggressive);
   machine.getOptions().AllowFPOpFusion = llvm::FPOpFusion::Strict;

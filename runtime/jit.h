@@ -1,7 +1,7 @@
-// The process's LLVM ORC JIT (LLJIT) for the host CPU.
+// The process's LLVM ORC JIT (LLJIT) for codegen::jit_target() (AMPFUSE_CPU).
 //
 // One instance per process, created on first use. Modules arrive optimized
-// (codegen::build_kernel_module); the JIT turns them into machine code with the same host
+// (codegen::build_kernel_module); the JIT turns them into machine code with the same target
 // CPU, features and floating-point options (no FMA contraction), resolving calls into the
 // C library (the f64 transcendental functions) from the running process. Thread-safe:
 // compiles are serialized, looked-up code may be called from any thread.

@@ -1,6 +1,7 @@
 #include "runtime/kernel_cache.h"
 
 #include "codegen/llvm_emitter.h"
+#include "codegen/llvm_target.h"
 #include "ir/error.h"
 #include "runtime/jit.h"
 
@@ -40,7 +41,8 @@ std::shared_ptr<const CompiledKernel> jit_compile(const codegen::KernelSpec& spe
 }
 
 KernelCache::KernelCache() : KernelCache(jit_compile) {}
-KernelCache::KernelCache(Compiler compile) : compile_(std::move(compile)) {}
+KernelCache::KernelCache(Compiler compile)
+    : compile_(std::move(compile)), target_tag_(codegen::jit_target().cache_tag) {}
 
 KernelCache& KernelCache::global() {
   static KernelCache* cache = new KernelCache();  // never destroyed, like the code it points to
@@ -48,7 +50,7 @@ KernelCache& KernelCache::global() {
 }
 
 std::shared_ptr<const CompiledKernel> KernelCache::get(const codegen::KernelSpec& spec, bool* compiled_now) {
-  std::string key = spec.cache_key();  // validates
+  std::string key = target_tag_ + '|' + spec.cache_key();  // validates the spec
   std::shared_ptr<Entry> entry;
   bool first = false;
   {

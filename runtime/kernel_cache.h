@@ -1,9 +1,10 @@
-// Compiled CPU kernels, in memory, keyed by KernelSpec::cache_key().
+// Compiled CPU kernels, in memory, keyed by the JIT's target and KernelSpec::cache_key().
 //
-// The key holds structure, dtypes, rank and layout pattern but no sizes, so running a
-// graph again with a new batch size finds every kernel compiled. A lookup computes the
-// key and searches a hash map: microseconds. Concurrent requests for one missing key
-// compile it once; the others wait for that compile.
+// The key holds the target CPU (codegen::JitTarget::cache_tag, so that code for one ISA is
+// never taken for another's) and the spec's structure, dtypes, rank and layout pattern but
+// no sizes, so running a graph again with a new batch size finds every kernel compiled. A
+// lookup computes the key and searches a hash map: microseconds. Concurrent requests for
+// one missing key compile it once; the others wait for that compile.
 #pragma once
 
 #include "codegen/kernel_abi.h"
@@ -22,7 +23,7 @@ namespace ampfuse::runtime {
 
 struct CompiledKernel {
   codegen::KernelFn fn = nullptr;
-  std::string key;
+  std::string key;  // "<target cache tag>|<spec cache key>"
   std::string symbol;
   double compile_seconds = 0;  // emit + optimize + machine code
 };
@@ -39,6 +40,8 @@ class KernelCache {
   // What turns a spec into code: the JIT (jit_compile) unless a test substitutes one.
   using Compiler = std::function<std::shared_ptr<const CompiledKernel>(const codegen::KernelSpec&, std::string key)>;
 
+  // Compiles for codegen::jit_target(): throws its Error when AMPFUSE_CPU is unknown or
+  // names a level this CPU cannot run, before any kernel is asked for.
   KernelCache();
   explicit KernelCache(Compiler compile);
   KernelCache(const KernelCache&) = delete;
@@ -57,6 +60,7 @@ class KernelCache {
  private:
   struct Entry;
   Compiler compile_;
+  const std::string target_tag_;
   mutable std::mutex mutex_;
   std::unordered_map<std::string, std::shared_ptr<Entry>> entries_;
   KernelCacheStats stats_;
