@@ -1,11 +1,15 @@
 // The fusion planner on textual graphs: what joins a kernel, what is loaded through a map,
-// what is stored, and the cases that must not fuse (cycles, broadcasts of inner values).
+// what is stored, and the cases that must not fuse (cycles, broadcasts of inner values);
+// and a network of 150k nodes.
 #include "engine/planning/fusion_plan.h"
 #include "ir/text_format.h"
 #include "ir/type_inference.h"
+#include "models/layered_model.h"
 #include "tests/filecheck.h"
 
 #include <gtest/gtest.h>
+
+#include <algorithm>
 
 namespace ampfuse::engine {
 namespace {
@@ -113,6 +117,50 @@ TEST(FusionPlan, ViewsAliasAndUnfusedPlansHaveOneNodePerKernel) {
     CHECK: view %r=Reshape
     CHECK: kernel 1 [3,4] nodes: %b=sigmoid  in
     CHECK: kernel 2 [3,4] nodes: %c=exp  in)");
+}
+
+// What every plan must be: each computed node in exactly one step, every value a step
+// reads computed by an earlier step (or a variable), and every value read outside its
+// step stored by that step and loaded by the reader.
+void expect_valid_plan(const ir::Graph& g, const Plan& plan) {
+  std::vector<int> step_of(g.nodes.size(), -1);
+  for (size_t s = 0; s < plan.steps.size(); ++s) {
+    const auto* k = std::get_if<FusedKernel>(&plan.steps[s]);
+    for (int32_t n : k ? k->nodes : std::vector<int32_t>{step_node(plan.steps[s])}) {
+      ASSERT_EQ(step_of[n], -1) << g.nodes[n].name << " is in two steps";
+      step_of[n] = static_cast<int>(s);
+    }
+  }
+  for (size_t n = 0; n < g.nodes.size(); ++n) {
+    if (g.nodes[n].is_var()) continue;
+    ASSERT_GE(step_of[n], 0) << g.nodes[n].name << " is in no step";
+    for (ir::ValueRef in : g.nodes[n].inputs) {
+      if (g.nodes[in.node].is_var() || step_of[in.node] == step_of[n]) continue;
+      ASSERT_LT(step_of[in.node], step_of[n]) << g.nodes[n].name << " runs before its input " << value_name(g, in);
+      const std::vector<ir::ValueRef> stored = step_writes(g, plan.steps[step_of[in.node]]);
+      const std::vector<ir::ValueRef> loaded = step_reads(g, plan.steps[step_of[n]]);
+      EXPECT_NE(std::find(stored.begin(), stored.end(), in), stored.end()) << value_name(g, in) << " is not stored";
+      EXPECT_NE(std::find(loaded.begin(), loaded.end(), in), loaded.end()) << value_name(g, in) << " is not loaded";
+    }
+  }
+}
+
+// Planning time grows about linearly with the graph (bench/planner_bench.cpp measures it);
+// at this size the planner used to take minutes.
+TEST(FusionPlan, PlansANetworkOf150kNodes) {
+#if defined(__SANITIZE_ADDRESS__)
+  constexpr int64_t kNodes = 30000;  // the same blocks, fewer of them: ASan is ~10x slower
+#else
+  constexpr int64_t kNodes = 150000;
+#endif
+  const ir::Graph g = models::build_layered_model(kNodes);
+  const Plan plan = plan_fusion(g);
+  expect_valid_plan(g, plan);
+  // Convolutions and matrix products run alone; everything else of a block around them fuses.
+  int64_t heavy = 0, external = 0;
+  for (const ir::Node& n : g.nodes) heavy += n.op == "Convolution" || n.op == "FullyConnected";
+  for (const PlanStep& s : plan.steps) external += std::holds_alternative<ExternalStep>(s);
+  EXPECT_EQ(external, heavy);
 }
 
 }  // namespace
