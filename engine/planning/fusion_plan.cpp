@@ -140,8 +140,58 @@ AccessMap input_access(const Graph& g, int32_t n, size_t i) {
 
 namespace {
 
+// `values` without repeats, in order.
+std::vector<ValueRef> sorted_unique(std::vector<ValueRef> values) {
+  std::sort(values.begin(), values.end());
+  values.erase(std::unique(values.begin(), values.end()), values.end());
+  return values;
+}
+
+// PlannerOptions::max_kernel_transcendental_cost's weights: tanh (a series and an expm1
+// path), erf (eight series) and pow (in f64) cost LLVM two to three times what exp does.
+int compile_cost_in_exps(ir::ScalarOp op) {
+  return op == ir::ScalarOp::tanh || op == ir::ScalarOp::erf || op == ir::ScalarOp::pow ? 2 : 1;
+}
+
+// The work of fused node n as a kernel of its own, as lower_kernel emits it: its recipe's
+// instructions, a rounding for each output stored in a type other than the compute type,
+// and its inputs.
+KernelWork node_work(const Graph& g, int32_t n) {
+  const Node& node = g.nodes[n];
+  KernelWork w;
+  w.inputs = static_cast<int>(sorted_unique(node.inputs).size());
+  if (fusion_role(node) == FusionRole::remap) return w;  // only the indexing changes
+  ir::ScalarBuilder b(static_cast<int>(node.inputs.size()));
+  const ir::ScalarProgram p = b.finish(ir::OpRegistry::global().get(node.op).recipe(b, node.attrs));
+  for (const ir::ScalarInstr& instr : p.instrs) {
+    if (instr.op == ir::ScalarOp::input || instr.op == ir::ScalarOp::constant) continue;
+    if (!ir::is_transcendental(instr.op)) ++w.instructions;
+    else w.transcendental_cost += compile_cost_in_exps(instr.op);
+  }
+  const ir::DType compute = node_compute_type(g, n);
+  for (const ir::TensorType& t : node.outputs) w.instructions += t.dtype != compute;
+  return w;
+}
+
+}  // namespace
+
+KernelWork kernel_work(const Graph& g, const FusedKernel& k) {
+  KernelWork w;
+  for (int32_t n : k.nodes) {
+    const KernelWork nw = node_work(g, n);
+    w.transcendental_cost += nw.transcendental_cost, w.instructions += nw.instructions;
+  }
+  std::vector<ValueRef> loads;
+  for (const KernelOperand& op : k.inputs) loads.push_back(op.value);
+  w.inputs = static_cast<int>(sorted_unique(std::move(loads)).size());
+  return w;
+}
+
+namespace {
+
 // Builds groups greedily in graph order. Each node lives in one step; a fusable node joins
-// the group of one of its producers when the maps agree and no cycle between steps appears.
+// the group of one of its producers when the maps agree, the group stays within the caps of
+// PlannerOptions and no cycle between steps appears.
 //
 // Steps form a graph (`deps`: the steps a step reads; `users`: the steps that read it) that
 // the planner keeps acyclic. Joining and merging ask whether one step reaches another;
@@ -161,7 +211,8 @@ class Planner {
       // above 2^53: such a node runs as an external op.
       const bool exact_remap = role != FusionRole::remap || node.outputs[0].dtype != ir::DType::i64;
       if ((role == FusionRole::elementwise || role == FusionRole::remap) && exact_remap) {
-        if (!opts_.fuse || !try_join(n)) start_group(n);
+        const KernelWork work = node_work(g_, n);
+        if (!opts_.fuse || !try_join(n, work)) start_group(n, work);
       } else {
         place(n, add_step(Step{role == FusionRole::view ? Kind::view : Kind::external}));
       }
@@ -178,7 +229,10 @@ class Planner {
     std::vector<int32_t> nodes{};        // in joining order; make_kernel sorts them
     std::set<int32_t> deps{};            // steps whose values this step reads
     std::set<int32_t> users{};           // steps that read this step's values
-    bool merged_away = false;            // its nodes moved into another group
+    // Fused: the values it loads (sorted) and its work, kept within opts_'s caps.
+    std::vector<ValueRef> loads{};
+    KernelWork work{};
+    bool merged_away = false;  // its nodes moved into another group
   };
 
   // One side of path_exists: a breadth-first walk along `deps` or `users` that crosses one
@@ -222,10 +276,25 @@ class Planner {
     }
   }
 
-  void start_group(int32_t n) {
+  void start_group(int32_t n, const KernelWork& work) {
     const ir::Shape& shape = g_.nodes[n].outputs.at(0).shape;
     node_map_[n] = AccessMap::identity(shape.size());
-    place(n, add_step(Step{Kind::fused, shape, node_compute_type(g_, n)}));
+    Step group{Kind::fused, shape, node_compute_type(g_, n)};
+    group.loads = sorted_unique(g_.nodes[n].inputs);
+    group.work = work;
+    place(n, add_step(std::move(group)));
+  }
+
+  // Whether parts of work `a` and `b` may become one kernel of work `both`: no count may
+  // grow past its cap. A count that one part passes alone (a node can: Activation mish's
+  // transcendental cost is 4) may stay where it is, so that such a node still takes in the
+  // nodes that add nothing to it.
+  bool may_combine(const KernelWork& a, const KernelWork& b, const KernelWork& both) const {
+    const auto fits = [](int count, int cap, int a_count, int b_count) { return count <= std::max({cap, a_count, b_count}); };
+    return fits(both.transcendental_cost, opts_.max_kernel_transcendental_cost, a.transcendental_cost,
+                b.transcendental_cost) &&
+           fits(both.instructions, opts_.max_kernel_instructions, a.instructions, b.instructions) &&
+           fits(both.inputs, opts_.max_kernel_inputs, a.inputs, b.inputs);
   }
 
   // Whether a step of `sinks` reads, directly or through other steps, a step of `sources`
@@ -286,7 +355,7 @@ class Planner {
     return result;
   }
 
-  bool try_join(int32_t n) {
+  bool try_join(int32_t n, const KernelWork& n_work) {
     const Node& node = g_.nodes[n];
     std::vector<int32_t> candidates, producers;
     for (ValueRef in : node.inputs) {
@@ -300,12 +369,21 @@ class Planner {
       if (steps_[s].compute != compute) continue;
       std::optional<AccessMap> m = required_map(n, s);
       if (!m) continue;
+      std::vector<ValueRef> loads = steps_[s].loads;
+      for (ValueRef in : node.inputs)
+        if (producer_step(in) != s) loads.push_back(in);
+      loads = sorted_unique(std::move(loads));
+      const KernelWork work{steps_[s].work.transcendental_cost + n_work.transcendental_cost,
+                            steps_[s].work.instructions + n_work.instructions, static_cast<int>(loads.size())};
+      if (!may_combine(steps_[s].work, n_work, work)) continue;
       // Inside s, n would close a cycle if another step it reads already reads s.
       std::vector<int32_t> others;
       for (int32_t p : producers)
         if (p != s) others.push_back(p);
       if (path_exists({s}, others, -1)) continue;
       node_map_[n] = *m;
+      steps_[s].loads = std::move(loads);
+      steps_[s].work = work;
       place(n, s);
       // n may also read other groups under the same map (two casts feeding one multiply):
       // fold them in, so that leaves started on their own do not stay separate kernels.
@@ -329,12 +407,23 @@ class Planner {
   // from -> into, and the step graph has none.) Paths through `into` itself need no look:
   // they would be such cycles too.
   void try_merge(int32_t into, int32_t from) {
+    std::vector<ValueRef> loads;
+    for (const std::vector<ValueRef>* group_loads : {&steps_[into].loads, &steps_[from].loads})
+      for (ValueRef v : *group_loads)
+        if (const int32_t p = producer_step(v); p != into && p != from) loads.push_back(v);
+    loads = sorted_unique(std::move(loads));
+    const KernelWork work{steps_[into].work.transcendental_cost + steps_[from].work.transcendental_cost,
+                          steps_[into].work.instructions + steps_[from].work.instructions,
+                          static_cast<int>(loads.size())};
+    if (!may_combine(steps_[into].work, steps_[from].work, work)) return;
     std::vector<int32_t> into_reads;
     for (int32_t d : steps_[into].deps)
       if (d != from) into_reads.push_back(d);
     if (path_exists({from}, into_reads, into)) return;
     Step& a = steps_[into];
     Step& b = steps_[from];
+    a.loads = std::move(loads);
+    a.work = work;
     for (int32_t n : b.nodes) step_of_[n] = into;
     a.nodes.insert(a.nodes.end(), b.nodes.begin(), b.nodes.end());
     for (int32_t d : b.deps) {
