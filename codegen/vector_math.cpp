@@ -320,10 +320,8 @@ Value* call_libm(llvm::IRBuilder<>& b, ScalarOp op, llvm::ArrayRef<Value*> args)
 
 }  // namespace
 
-bool is_transcendental(ScalarOp op) { return libm_name(op) != nullptr; }
-
 Value* emit_transcendental(llvm::IRBuilder<>& b, ScalarOp op, llvm::ArrayRef<Value*> args) {
-  if (!is_transcendental(op)) fail("internal error: {} is not a transcendental op", ir::scalar_op_name(op));
+  if (!ir::is_transcendental(op)) fail("internal error: {} is not a transcendental op", ir::scalar_op_name(op));
   if (args[0]->getType()->isDoubleTy()) return call_libm(b, op, args);
   switch (op) {
     case ScalarOp::exp: return exp_f32(b, args[0]);

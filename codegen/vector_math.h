@@ -28,10 +28,8 @@
 
 namespace ampfuse::codegen {
 
-// True for the ops this file lowers: exp, log, log1p, expm1, tanh, erf, pow.
-bool is_transcendental(ir::ScalarOp op);
-
-// The op applied to `args` (one, or two for pow), all float or all double.
+// The op applied to `args` (one, or two for pow), all float or all double; `op` is one of
+// ir::is_transcendental's.
 llvm::Value* emit_transcendental(llvm::IRBuilder<>& b, ir::ScalarOp op, llvm::ArrayRef<llvm::Value*> args);
 
 }  // namespace ampfuse::codegen

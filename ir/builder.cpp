@@ -7,7 +7,7 @@
 namespace ampfuse::ir {
 
 ValueRef GraphBuilder::var(const std::string& name, VarRole role, std::optional<TensorType> type) {
-  if (g_.find_var(name)) fail("variable '{}' is defined twice", name);
+  if (!var_names_.insert(name).second) fail("variable '{}' is defined twice", name);
   Node n;
   n.op = kVarOp;
   n.name = name;
@@ -52,6 +52,7 @@ Graph GraphBuilder::finish(bool infer) {
   Graph g = std::move(g_);
   g_ = Graph{};
   name_counts_.clear();
+  var_names_.clear();
   if (infer) infer_types(g);
   return g;
 }

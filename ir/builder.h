@@ -6,6 +6,7 @@
 #include <initializer_list>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -35,6 +36,7 @@ class GraphBuilder {
   ValueRef var(const std::string& name, VarRole role, std::optional<TensorType> type);
   Graph g_;
   std::map<std::string, int> name_counts_;
+  std::set<std::string> var_names_;  // names must be unique; Graph::find_var would scan every node
 };
 
 }  // namespace ampfuse::ir

@@ -64,6 +64,19 @@ int scalar_op_arity(ScalarOp op) {
   }
 }
 
+bool is_transcendental(ScalarOp op) {
+  switch (op) {
+    case ScalarOp::exp:
+    case ScalarOp::log:
+    case ScalarOp::log1p:
+    case ScalarOp::expm1:
+    case ScalarOp::erf:
+    case ScalarOp::tanh:
+    case ScalarOp::pow: return true;
+    default: return false;
+  }
+}
+
 ScalarBuilder::ScalarBuilder(int num_inputs) { p_.num_inputs = num_inputs; }
 
 ScalarBuilder::Val ScalarBuilder::input(int i) {

@@ -37,6 +37,9 @@ enum class ScalarOp : uint8_t {
 
 std::string_view scalar_op_name(ScalarOp op);
 int scalar_op_arity(ScalarOp op);  // 0 for input/constant
+// exp, log, log1p, expm1, erf, tanh, pow: the ops that backends evaluate within a stated
+// ULP bound (codegen/vector_math.h) and that cost the most to compile.
+bool is_transcendental(ScalarOp op);
 
 // Semantics of the primitives, for every backend:
 //  - max/min propagate NaN: max(NaN, x) = max(x, NaN) = NaN (MXNet's maximum/relu do).

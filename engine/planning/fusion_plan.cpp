@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <map>
 #include <optional>
+#include <queue>
 #include <set>
 
 namespace ampfuse::engine {
@@ -87,11 +88,67 @@ AccessMap input_access(const Graph& g, int32_t n, size_t i) {
 
 namespace {
 
+// `values` without repeats, in order.
+std::vector<ValueRef> sorted_unique(std::vector<ValueRef> values) {
+  std::sort(values.begin(), values.end());
+  values.erase(std::unique(values.begin(), values.end()), values.end());
+  return values;
+}
+
+// PlannerOptions::max_kernel_transcendental_cost's weights: tanh (a series and an expm1
+// path), erf (eight series) and pow (in f64) cost LLVM two to three times what exp does.
+int compile_cost_in_exps(ir::ScalarOp op) {
+  return op == ir::ScalarOp::tanh || op == ir::ScalarOp::erf || op == ir::ScalarOp::pow ? 2 : 1;
+}
+
+// The work of fused node n as a kernel of its own, as lower_kernel emits it: its recipe's
+// instructions, a rounding for each output stored in a type other than the compute type,
+// and its inputs.
+KernelWork node_work(const Graph& g, int32_t n) {
+  const Node& node = g.nodes[n];
+  KernelWork w;
+  w.inputs = static_cast<int>(sorted_unique(node.inputs).size());
+  if (fusion_role(node) == FusionRole::remap) return w;  // only the indexing changes
+  ir::ScalarBuilder b(static_cast<int>(node.inputs.size()));
+  const ir::ScalarProgram p = b.finish(ir::OpRegistry::global().get(node.op).recipe(b, node.attrs));
+  for (const ir::ScalarInstr& instr : p.instrs) {
+    if (instr.op == ir::ScalarOp::input || instr.op == ir::ScalarOp::constant) continue;
+    if (!ir::is_transcendental(instr.op)) ++w.instructions;
+    else w.transcendental_cost += compile_cost_in_exps(instr.op);
+  }
+  const ir::DType compute = node_compute_type(g, n);
+  for (const ir::TensorType& t : node.outputs) w.instructions += t.dtype != compute;
+  return w;
+}
+
+}  // namespace
+
+KernelWork kernel_work(const Graph& g, const FusedKernel& k) {
+  KernelWork w;
+  for (int32_t n : k.nodes) {
+    const KernelWork nw = node_work(g, n);
+    w.transcendental_cost += nw.transcendental_cost, w.instructions += nw.instructions;
+  }
+  std::vector<ValueRef> loads;
+  for (const KernelOperand& op : k.inputs) loads.push_back(op.value);
+  w.inputs = static_cast<int>(sorted_unique(std::move(loads)).size());
+  return w;
+}
+
+namespace {
+
 // Builds groups greedily in graph order. Each node lives in one step; a fusable node joins
-// the group of one of its producers when the maps agree and no cycle between steps appears.
+// the group of one of its producers when the maps agree, the group stays within the caps of
+// PlannerOptions and no cycle between steps appears.
+//
+// Steps form a graph (`deps`: the steps a step reads; `users`: the steps that read it) that
+// the planner keeps acyclic. Joining and merging ask whether one step reaches another;
+// path_exists answers that exactly while visiting only the neighbourhood of the two ends,
+// so planning costs about linear time in the graph's size (bench/planner_bench.cpp).
 class Planner {
  public:
-  Planner(const Graph& g, const PlannerOptions& opts) : g_(g), opts_(opts), step_of_(g.nodes.size(), -1) {}
+  Planner(const Graph& g, const PlannerOptions& opts)
+      : g_(g), opts_(opts), step_of_(g.nodes.size(), -1), node_map_(g.nodes.size()) {}
 
   Plan run() {
     for (int32_t n = 0; n < static_cast<int32_t>(g_.nodes.size()); ++n) {
@@ -102,11 +159,10 @@ class Planner {
       // above 2^53: such a node runs as an external op.
       const bool exact_remap = role != FusionRole::remap || node.outputs[0].dtype != ir::DType::i64;
       if ((role == FusionRole::elementwise || role == FusionRole::remap) && exact_remap) {
-        if (!opts_.fuse || !try_join(n)) start_group(n);
+        const KernelWork work = node_work(g_, n);
+        if (!opts_.fuse || !try_join(n, work)) start_group(n, work);
       } else {
-        steps_.push_back(Step{role == FusionRole::view ? Kind::view : Kind::external, {n}, {}, {}, {}});
-        step_of_[n] = static_cast<int32_t>(steps_.size() - 1);
-        add_deps(n, step_of_[n]);
+        place(n, add_step(Step{role == FusionRole::view ? Kind::view : Kind::external}));
       }
     }
     return finish();
@@ -116,42 +172,107 @@ class Planner {
   enum class Kind { fused, external, view };
   struct Step {
     Kind kind;
-    std::vector<int32_t> nodes;
-    std::vector<AccessMap> maps;  // fused: per node
-    ir::Shape iteration;
-    std::set<int32_t> deps;       // steps whose values this step reads
-    ir::DType compute = ir::DType::f32;
-    bool merged_away = false;     // its nodes moved into another group
+    ir::Shape iteration{};               // fused only
+    ir::DType compute = ir::DType::f32;  // fused only
+    std::vector<int32_t> nodes{};        // in joining order; make_kernel sorts them
+    std::set<int32_t> deps{};            // steps whose values this step reads
+    std::set<int32_t> users{};           // steps that read this step's values
+    // Fused: the values it loads (sorted) and its work, kept within opts_'s caps.
+    std::vector<ValueRef> loads{};
+    KernelWork work{};
+    bool merged_away = false;  // its nodes moved into another group
+  };
+
+  // One side of path_exists: a breadth-first walk along `deps` or `users` that crosses one
+  // edge per call, so that both sides advance at the same pace.
+  struct Frontier {
+    std::set<int32_t> Step::*edges;
+    std::vector<uint32_t> reached{};  // == the search's number once this side reached the step
+    std::vector<int32_t> queue{};     // the steps reached, in order
+    size_t expanded = 0;              // queue[0, expanded) have had their edges taken
+    std::set<int32_t>::const_iterator edge{}, edge_end{};
+
+    void restart() { queue.clear(), expanded = 0, edge = edge_end = {}; }
+    // The step across the next edge not yet crossed, or nullopt when every step this side
+    // reached has had all its edges crossed.
+    std::optional<int32_t> cross_edge(const std::vector<Step>& steps) {
+      while (edge == edge_end) {
+        if (expanded == queue.size()) return std::nullopt;
+        const std::set<int32_t>& adjacent = steps[queue[expanded++]].*edges;
+        edge = adjacent.begin(), edge_end = adjacent.end();
+      }
+      return *edge++;
+    }
   };
 
   int32_t producer_step(ValueRef v) const { return g_.nodes[v.node].is_var() ? -1 : step_of_[v.node]; }
 
-  void add_deps(int32_t n, int32_t s) {
+  int32_t add_step(Step step) {
+    steps_.push_back(std::move(step));
+    downstream_.reached.push_back(0);
+    upstream_.reached.push_back(0);
+    return static_cast<int32_t>(steps_.size() - 1);
+  }
+
+  // Puts node n into step s, with the edges its inputs add between steps.
+  void place(int32_t n, int32_t s) {
+    steps_[s].nodes.push_back(n);
+    step_of_[n] = s;
     for (ValueRef in : g_.nodes[n].inputs) {
       const int32_t p = producer_step(in);
-      if (p >= 0 && p != s) steps_[s].deps.insert(p);
+      if (p >= 0 && p != s) steps_[s].deps.insert(p), steps_[p].users.insert(s);
     }
   }
 
-  // Does step `from` (transitively) read from step `target`?
-  bool depends_on(int32_t from, int32_t target) const {
-    std::vector<bool> seen(steps_.size(), false);
-    std::vector<int32_t> stack = {from};
-    while (!stack.empty()) {
-      const int32_t s = stack.back();
-      stack.pop_back();
-      if (s == target) return true;
-      if (seen[s]) continue;
-      seen[s] = true;
-      for (int32_t d : steps_[s].deps) stack.push_back(d);
-    }
-    return false;
+  void start_group(int32_t n, const KernelWork& work) {
+    const ir::Shape& shape = g_.nodes[n].outputs.at(0).shape;
+    node_map_[n] = AccessMap::identity(shape.size());
+    Step group{Kind::fused, shape, node_compute_type(g_, n)};
+    group.loads = sorted_unique(g_.nodes[n].inputs);
+    group.work = work;
+    place(n, add_step(std::move(group)));
   }
 
-  const AccessMap& map_of(int32_t node) const {
-    const Step& s = steps_[step_of_[node]];
-    const auto it = std::find(s.nodes.begin(), s.nodes.end(), node);
-    return s.maps[it - s.nodes.begin()];
+  // Whether parts of work `a` and `b` may become one kernel of work `both`: no count may
+  // grow past its cap. A count that one part passes alone (a node can: Activation mish's
+  // transcendental cost is 4) may stay where it is, so that such a node still takes in the
+  // nodes that add nothing to it.
+  bool may_combine(const KernelWork& a, const KernelWork& b, const KernelWork& both) const {
+    const auto fits = [](int count, int cap, int a_count, int b_count) { return count <= std::max({cap, a_count, b_count}); };
+    return fits(both.transcendental_cost, opts_.max_kernel_transcendental_cost, a.transcendental_cost,
+                b.transcendental_cost) &&
+           fits(both.instructions, opts_.max_kernel_instructions, a.instructions, b.instructions) &&
+           fits(both.inputs, opts_.max_kernel_inputs, a.inputs, b.inputs);
+  }
+
+  // Whether a step of `sinks` reads, directly or through other steps, a step of `sources`
+  // (a step in both counts), along paths that do not pass through `avoid`.
+  //
+  // Two breadth-first searches, down from the sources along `users` and up from the sinks
+  // along `deps`, take one edge each in turn, and a path exists exactly when they meet.
+  // When either side runs out of edges first, it has seen everything reachable from its
+  // end without meeting the other, so there is no path. The search thus costs at most
+  // about twice the edges of the smaller side: a step with a short past (few ancestors)
+  // or a short future (few readers yet) answers at once, however large the graph. The
+  // answer is exact, so plans do not depend on how far the search had to look.
+  bool path_exists(std::initializer_list<int32_t> sources, const std::vector<int32_t>& sinks, int32_t avoid) {
+    ++search_;
+    downstream_.restart(), upstream_.restart();
+    for (int32_t s : sources) downstream_.reached[s] = search_, downstream_.queue.push_back(s);
+    for (int32_t s : sinks) {
+      if (downstream_.reached[s] == search_) return true;
+      upstream_.reached[s] = search_, upstream_.queue.push_back(s);
+    }
+    while (true) {
+      for (Frontier* side : {&downstream_, &upstream_}) {
+        const Frontier& other = side == &downstream_ ? upstream_ : downstream_;
+        const std::optional<int32_t> s = side->cross_edge(steps_);
+        if (!s) return false;
+        if (*s == avoid || side->reached[*s] == search_) continue;
+        if (other.reached[*s] == search_) return true;
+        side->reached[*s] = search_, side->queue.push_back(*s);
+      }
+    }
   }
 
   // The map node n must be computed under to read group `s`'s values consistently, or
@@ -164,7 +285,7 @@ class Planner {
       if (producer_step(node.inputs[i]) != s) continue;
       const AccessMap a = input_access(g_, n, i);
       if (!is_permutation(a, out_rank)) return std::nullopt;  // broadcasts / slices of an inner value
-      const AccessMap& mv = map_of(node.inputs[i].node);
+      const AccessMap& mv = node_map_[node.inputs[i].node];
       // a maps output dim a.iter_dim[k] to input dim k, so output dim a.iter_dim[k] runs
       // under the map of input dim k.
       AccessMap m = AccessMap::identity(out_rank);
@@ -182,30 +303,36 @@ class Planner {
     return result;
   }
 
-  bool try_join(int32_t n) {
+  bool try_join(int32_t n, const KernelWork& n_work) {
     const Node& node = g_.nodes[n];
-    std::vector<int32_t> candidates;
+    std::vector<int32_t> candidates, producers;
     for (ValueRef in : node.inputs) {
       const int32_t s = producer_step(in);
-      if (s >= 0 && steps_[s].kind == Kind::fused &&
-          std::find(candidates.begin(), candidates.end(), s) == candidates.end())
-        candidates.push_back(s);
+      if (s < 0 || std::find(producers.begin(), producers.end(), s) != producers.end()) continue;
+      producers.push_back(s);
+      if (steps_[s].kind == Kind::fused) candidates.push_back(s);
     }
     const ir::DType compute = node_compute_type(g_, n);
     for (int32_t s : candidates) {
       if (steps_[s].compute != compute) continue;
       std::optional<AccessMap> m = required_map(n, s);
       if (!m) continue;
-      bool cycle = false;
-      for (ValueRef in : node.inputs) {
-        const int32_t p = producer_step(in);
-        if (p >= 0 && p != s && depends_on(p, s)) cycle = true;
-      }
-      if (cycle) continue;
-      steps_[s].nodes.push_back(n);
-      steps_[s].maps.push_back(*m);
-      step_of_[n] = s;
-      add_deps(n, s);
+      std::vector<ValueRef> loads = steps_[s].loads;
+      for (ValueRef in : node.inputs)
+        if (producer_step(in) != s) loads.push_back(in);
+      loads = sorted_unique(std::move(loads));
+      const KernelWork work{steps_[s].work.transcendental_cost + n_work.transcendental_cost,
+                            steps_[s].work.instructions + n_work.instructions, static_cast<int>(loads.size())};
+      if (!may_combine(steps_[s].work, n_work, work)) continue;
+      // Inside s, n would close a cycle if another step it reads already reads s.
+      std::vector<int32_t> others;
+      for (int32_t p : producers)
+        if (p != s) others.push_back(p);
+      if (path_exists({s}, others, -1)) continue;
+      node_map_[n] = *m;
+      steps_[s].loads = std::move(loads);
+      steps_[s].work = work;
+      place(n, s);
       // n may also read other groups under the same map (two casts feeding one multiply):
       // fold them in, so that leaves started on their own do not stay separate kernels.
       for (int32_t other : candidates)
@@ -217,103 +344,115 @@ class Planner {
     return false;
   }
 
-  // Moves group `from` into group `into` unless that closes a cycle through a third step.
+  // Moves group `from` into group `into`, which reads it, unless that closes a cycle: a
+  // path from -> X -> ... -> into through a third step X.
+  //
+  //     from ------------> into          merged, X would both read the group
+  //       \               ^              and be read by it
+  //        `-> X -> ... -'
+  //
+  // (A path the other way, into -> ... -> from, would already be a cycle with the edge
+  // from -> into, and the step graph has none.) Paths through `into` itself need no look:
+  // they would be such cycles too.
   void try_merge(int32_t into, int32_t from) {
+    std::vector<ValueRef> loads;
+    for (const std::vector<ValueRef>* group_loads : {&steps_[into].loads, &steps_[from].loads})
+      for (ValueRef v : *group_loads)
+        if (const int32_t p = producer_step(v); p != into && p != from) loads.push_back(v);
+    loads = sorted_unique(std::move(loads));
+    const KernelWork work{steps_[into].work.transcendental_cost + steps_[from].work.transcendental_cost,
+                          steps_[into].work.instructions + steps_[from].work.instructions,
+                          static_cast<int>(loads.size())};
+    if (!may_combine(steps_[into].work, steps_[from].work, work)) return;
+    std::vector<int32_t> into_reads;
     for (int32_t d : steps_[into].deps)
-      if (d != from && depends_on(d, from)) return;
-    for (int32_t d : steps_[from].deps)
-      if (d != into && depends_on(d, into)) return;
+      if (d != from) into_reads.push_back(d);
+    if (path_exists({from}, into_reads, into)) return;
     Step& a = steps_[into];
     Step& b = steps_[from];
-    for (size_t i = 0; i < b.nodes.size(); ++i) {
-      a.nodes.push_back(b.nodes[i]);
-      a.maps.push_back(b.maps[i]);
-      step_of_[b.nodes[i]] = into;
+    a.loads = std::move(loads);
+    a.work = work;
+    for (int32_t n : b.nodes) step_of_[n] = into;
+    a.nodes.insert(a.nodes.end(), b.nodes.begin(), b.nodes.end());
+    for (int32_t d : b.deps) {
+      steps_[d].users.erase(from);
+      if (d != into) steps_[d].users.insert(into), a.deps.insert(d);
     }
-    // Keep graph order inside the kernel (the lowering evaluates nodes in this order).
-    std::vector<size_t> order(a.nodes.size());
-    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-    std::sort(order.begin(), order.end(), [&](size_t x, size_t y) { return a.nodes[x] < a.nodes[y]; });
-    std::vector<int32_t> nodes;
-    std::vector<AccessMap> maps;
-    for (size_t i : order) nodes.push_back(a.nodes[i]), maps.push_back(a.maps[i]);
-    a.nodes = std::move(nodes), a.maps = std::move(maps);
-    for (int32_t d : b.deps)
-      if (d != into) a.deps.insert(d);
-    a.deps.erase(from);
-    b = Step{Kind::fused, {}, {}, {}, {}, ir::DType::f32, true};
-    for (Step& st : steps_)
-      if (st.deps.erase(from)) st.deps.insert(into);
-    steps_[into].deps.erase(into);
+    for (int32_t u : b.users) {
+      steps_[u].deps.erase(from);
+      if (u != into) steps_[u].deps.insert(into), a.users.insert(u);
+    }
+    b = Step{Kind::fused};
+    b.merged_away = true;
   }
 
-  void start_group(int32_t n) {
-    const ir::Shape& shape = g_.nodes[n].outputs.at(0).shape;
-    steps_.push_back(Step{Kind::fused, {n}, {AccessMap::identity(shape.size())}, shape, {}, node_compute_type(g_, n)});
-    step_of_[n] = static_cast<int32_t>(steps_.size() - 1);
-    add_deps(n, step_of_[n]);
-  }
-
-  FusedKernel make_kernel(const Step& s) const {
+  // `escapes` (indexed by value_index): whether a value is read outside its producer's
+  // step or by the graph. Those are the values a kernel stores.
+  FusedKernel make_kernel(const Step& s, const std::vector<bool>& escapes) const {
     FusedKernel k;
     k.iteration = s.iteration;
     k.compute = s.compute;
     k.nodes = s.nodes;
-    k.node_maps = s.maps;
-    const int32_t self = step_of_[s.nodes[0]];
-    for (size_t idx = 0; idx < s.nodes.size(); ++idx) {
-      const int32_t n = s.nodes[idx];
+    // Graph order inside the kernel: the lowering evaluates nodes in this order.
+    std::sort(k.nodes.begin(), k.nodes.end());
+    for (int32_t n : k.nodes) k.node_maps.push_back(node_map_[n]);
+    const int32_t self = step_of_[k.nodes[0]];
+    for (size_t idx = 0; idx < k.nodes.size(); ++idx) {
+      const int32_t n = k.nodes[idx];
       const Node& node = g_.nodes[n];
       for (size_t i = 0; i < node.inputs.size(); ++i) {
         if (producer_step(node.inputs[i]) == self) continue;
-        KernelOperand op{node.inputs[i], operand_shape(g_, n, i), compose_maps(input_access(g_, n, i), s.maps[idx])};
+        KernelOperand op{node.inputs[i], operand_shape(g_, n, i), compose_maps(input_access(g_, n, i), k.node_maps[idx])};
         if (std::find(k.inputs.begin(), k.inputs.end(), op) == k.inputs.end()) k.inputs.push_back(op);
       }
     }
-    // Outputs: values read by another step or by the graph.
-    std::set<ValueRef> needed(g_.outputs.begin(), g_.outputs.end());
-    for (int32_t m = 0; m < static_cast<int32_t>(g_.nodes.size()); ++m)
-      if (!g_.nodes[m].is_var() && step_of_[m] != self)
-        for (ValueRef in : g_.nodes[m].inputs) needed.insert(in);
-    for (size_t idx = 0; idx < s.nodes.size(); ++idx) {
-      const int32_t n = s.nodes[idx];
-      for (size_t o = 0; o < g_.nodes[n].outputs.size(); ++o) {
-        const ValueRef v{n, static_cast<int32_t>(o)};
-        if (needed.count(v)) k.outputs.push_back({v, g_.nodes[n].outputs[o].shape, s.maps[idx]});
-      }
+    for (size_t idx = 0; idx < k.nodes.size(); ++idx) {
+      const int32_t n = k.nodes[idx];
+      for (size_t o = 0; o < g_.nodes[n].outputs.size(); ++o)
+        if (escapes[value_index_[n] + o])
+          k.outputs.push_back({{n, static_cast<int32_t>(o)}, g_.nodes[n].outputs[o].shape, k.node_maps[idx]});
     }
     return k;
   }
 
-  Plan finish() const {
+  // See make_kernel: one pass over the graph once every node has its final step.
+  std::vector<bool> escaping_values() {
+    value_index_.resize(g_.nodes.size());
+    size_t values = 0;
+    for (size_t n = 0; n < g_.nodes.size(); ++n) value_index_[n] = values, values += g_.nodes[n].outputs.size();
+    std::vector<bool> escapes(values, false);
+    for (ValueRef v : g_.outputs) escapes[value_index_[v.node] + v.index] = true;
+    for (size_t m = 0; m < g_.nodes.size(); ++m)
+      if (!g_.nodes[m].is_var())
+        for (ValueRef in : g_.nodes[m].inputs)
+          if (producer_step(in) != step_of_[m]) escapes[value_index_[in.node] + in.index] = true;
+    return escapes;
+  }
+
+  Plan finish() {
+    const std::vector<bool> escapes = escaping_values();
     // Steps in dependency order (Kahn's algorithm, lowest index first for stable output).
-    std::vector<int> pending(steps_.size());
-    std::vector<std::vector<int32_t>> users(steps_.size());
+    std::vector<size_t> pending(steps_.size());
+    std::priority_queue<int32_t, std::vector<int32_t>, std::greater<>> ready;
     size_t alive = 0;
     for (size_t s = 0; s < steps_.size(); ++s) {
-      if (steps_[s].merged_away) {
-        pending[s] = -1;
-        continue;
-      }
+      if (steps_[s].merged_away) continue;
       ++alive;
-      pending[s] = static_cast<int>(steps_[s].deps.size());
-      for (int32_t d : steps_[s].deps) users[d].push_back(static_cast<int32_t>(s));
+      pending[s] = steps_[s].deps.size();
+      if (pending[s] == 0) ready.push(static_cast<int32_t>(s));
     }
-    std::set<int32_t> ready;
-    for (size_t s = 0; s < steps_.size(); ++s)
-      if (pending[s] == 0) ready.insert(static_cast<int32_t>(s));
     Plan plan;
     while (!ready.empty()) {
-      const int32_t s = *ready.begin();
-      ready.erase(ready.begin());
+      const int32_t s = ready.top();
+      ready.pop();
       const Step& step = steps_[s];
       switch (step.kind) {
-        case Kind::fused: plan.steps.emplace_back(make_kernel(step)); break;
+        case Kind::fused: plan.steps.emplace_back(make_kernel(step, escapes)); break;
         case Kind::external: plan.steps.emplace_back(ExternalStep{step.nodes[0]}); break;
         case Kind::view: plan.steps.emplace_back(ViewStep{step.nodes[0]}); break;
       }
-      for (int32_t u : users[s])
-        if (--pending[u] == 0) ready.insert(u);
+      for (int32_t u : step.users)
+        if (--pending[u] == 0) ready.push(u);
     }
     if (plan.steps.size() != alive) fail("internal: the fusion plan has a cycle");
     return plan;
@@ -322,7 +461,11 @@ class Planner {
   const Graph& g_;
   PlannerOptions opts_;
   std::vector<int32_t> step_of_;
+  std::vector<AccessMap> node_map_;  // fused nodes: the map their outputs are computed under
+  std::vector<size_t> value_index_;  // node -> index of its output 0 among all values
   std::vector<Step> steps_;
+  Frontier downstream_{&Step::users}, upstream_{&Step::deps};  // path_exists's two sides
+  uint32_t search_ = 0;                                         // path_exists calls so far
 };
 
 }  // namespace

@@ -97,10 +97,50 @@ std::string value_name(const ir::Graph& g, ir::ValueRef v);
 
 struct PlannerOptions {
   bool fuse = true;  // false: every fusable node becomes a kernel of its own (the unfused path)
+
+  // Kernel size caps. LLVM's time grows with a kernel's body, and faster than linearly: one
+  // kernel of 16 tanh took 0.6 s to compile, of 64 tanh 4.2 s, of 400 more than two
+  // minutes. So a node does not join a kernel that it would take past a cap; it starts or
+  // joins another, which loads the values it reads from the first (a long chain becomes
+  // several kernels). No count grows past its cap except where one node passes it alone
+  // (Activation mish: exp, log1p and tanh, a transcendental cost of 4): such a node still
+  // has a kernel, and
+  // takes in the nodes that add nothing to that count.
+  //
+  // The numbers come from bench/planner_bench.cpp's BM_CompileKernel (CPU time of one
+  // KernelCache::get, release build, LLVM 19 at O3; bench/README.md): any kernel costs
+  // 25-35 ms (a contiguous one is compiled as a plain and a streaming loop), and a kernel at
+  // one of these caps 50-80 ms.
+  //
+  // Transcendental calls (ir::is_transcendental), most of a kernel's time, weighed in units
+  // of one exp: exp, log, log1p and expm1 cost 10-15 ms each and count 1; tanh, erf and pow
+  // cost 25-40 ms and count 2. So a kernel holds one tanh (58 ms) or two exp (sigmoid then
+  // exp: 43 ms); two tanh took 76-82 ms.
+  int max_kernel_transcendental_cost = 2;
+  // The body's other scalar instructions (arithmetic, compares and selects of the recipes,
+  // and a rounding to each node's output dtype; loads, constants and remaps are free):
+  // 0.1 ms (add) to 1.5 ms (NaN-propagating max) each; of docs/design.md's C8 mix, 20 took
+  // 31-51 ms and 80 took 69-80 ms. The outputs a kernel stores (about 2.5 ms each) are
+  // known only once later nodes are planned, so they have no cap of their own: each is a
+  // node's value, and nodes other than remaps and copies count an instruction at least.
+  int max_kernel_instructions = 32;
+  // Distinct values a kernel loads, each an operand with its own pointer, strides and
+  // alias scope in every loop shape: about 2 ms each (16 took 57-64 ms, 64 took 200 ms).
+  int max_kernel_inputs = 12;
 };
 
-// Partitions `g` (types inferred) into steps. Groups never create a cycle between steps.
+// Partitions `g` (types inferred) into steps. Groups never create a cycle between steps,
+// and kernels stay within opts' caps (see there).
 Plan plan_fusion(const ir::Graph& g, const PlannerOptions& opts = {});
+
+// What a kernel's nodes ask of the compiler, in the terms of PlannerOptions' caps.
+struct KernelWork {
+  int transcendental_cost = 0;  // see PlannerOptions::max_kernel_transcendental_cost
+  int instructions = 0;         // besides the transcendental ones
+  int inputs = 0;               // distinct values loaded
+  friend bool operator==(const KernelWork&, const KernelWork&) = default;
+};
+KernelWork kernel_work(const ir::Graph& g, const FusedKernel& k);
 
 // The node of an external or view step.
 int32_t step_node(const PlanStep& step);
