@@ -79,7 +79,12 @@ TEST(CliDot, WritesDotOfAModelFile) {
   ASSERT_EQ(r.status, 0) << r.out << r.err;
   const std::string text = read_file(out);
   EXPECT_TRUE(text.starts_with("digraph ampfuse {")) << text;
-  EXPECT_NE(text.find("[label=\"conv\\nConvolution\", shape=box, style=\"filled,bold\""), std::string::npos) << text;
+  // Weights are small lines in their reader's label, not nodes of their own.
+  EXPECT_NE(text.find("[label=<conv<br/>Convolution<br/><font point-size=\"7\">weight: conv_weight f32 [4,3,3,3]</font>"
+                      "<br/><font point-size=\"7\">bias: conv_bias f32 [4]</font>>, shape=box, style=\"filled,bold\""),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(text.find("[label=\"conv_weight"), std::string::npos) << text;
   EXPECT_NE(text.find("subgraph cluster_0 {"), std::string::npos) << text;
   EXPECT_NE(text.find("[label=\"f32 [2,4,6,6]\"]"), std::string::npos) << text;
   // The legend shows every colour; no node is bf16 without --amp.

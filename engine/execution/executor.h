@@ -52,7 +52,7 @@ namespace ampfuse::engine {
 bool strict_from_environment();
 
 struct ExecutorOptions {
-  std::optional<AmpOptions> amp;  // convert for mixed precision first (engine/lower.h)
+  std::optional<AmpOptions> amp{};  // convert for mixed precision first (engine/lower.h)
   bool fuse = true;               // false: one kernel per fusable op (the unfused path)
   bool use_onednn = true;         // external ops through oneDNN where it supports them
   // Every fused kernel also reports whether any value it reads or writes is NaN or +-Inf
@@ -76,7 +76,7 @@ struct ExecutorOptions {
   // casts that fuse into the kernels around them (engine/passes/compute_in_f32.h). Unset:
   // on where the device's memory is the host's; on a GPU the casts would run on the device
   // and send f32 copies to the host, twice the bytes oneDNN widens there by itself.
-  std::optional<bool> compute_in_f32;
+  std::optional<bool> compute_in_f32{};
   // A fused kernel that cannot be lowered or compiled is an error (true), or runs node by
   // node on the interpreter after one warning on stderr (false).
   bool strict = strict_from_environment();

@@ -500,11 +500,13 @@ double estimated_macs(const Node& n, Types in, Types out) {
 }
 
 // Below this many multiply-adds a node runs on one thread: at 20-50 GMAC/s that is at most
-// a few tens of microseconds, about what waking and joining a team of threads costs, and on
-// a machine busy with other processes a team can wait a whole scheduler slice (milliseconds)
-// for its last thread. A whole small model (the default one) then runs without a single
-// parallel region.
-constexpr double kSerialMacs = 1 << 19;
+// about a hundred microseconds, and on a machine busy with other processes a team of threads
+// can wait a whole scheduler slice (milliseconds) for its last thread. A whole small model
+// (the default one, whose largest op is a 4096x256 FullyConnected of 2^20 multiply-adds)
+// then runs without a single parallel region: its latency on a loaded machine is the same
+// whatever OMP_WAIT_POLICY says (bench/README.md, "Thread contention"), and on an idle one
+// it was no slower on one thread (0.2-0.3 ms with OMP_NUM_THREADS=1 as with two).
+constexpr double kSerialMacs = 1 << 21;
 
 // Sets OpenMP's thread count for this thread while it lives (oneDNN reads it when it creates
 // a primitive and when it runs one).
