@@ -461,21 +461,26 @@ std::shared_ptr<Executable::Impl::ConstantSet> Executable::Impl::constants_for(c
   scratch.launch.resize(kernels.size());
   for (size_t k = 0; k < kernels.size(); ++k)
     scratch.launch[k].resize(kernels[k].kernel->inputs.size() + kernels[k].kernel->outputs.size());
+  // Constant values live outside the arenas, in buffers of the set's own: on the device
+  // (GPU) or in a host tensor (which is also the device's memory on the CPU).
+  const auto allocate = [&](int32_t r, Space space) {
+    if (space == Space::device) {
+      if (const int64_t bytes = memory.buffers[r].bytes; bytes > 0) {
+        t.dev[r] = device->alloc(static_cast<size_t>(bytes));
+        cs->device_buffers.push_back(t.dev[r]);
+        ++rs.allocations;
+      }
+      return;
+    }
+    t.host[r] = Tensor(t.host[r].type());
+    ++rs.allocations;
+    if (!two_spaces) t.dev[r] = address_of(t.host[r]);
+  };
   for (size_t s = 0; s < plan.steps.size(); ++s) {
     for (const Transfer& tr : memory.constant_transfers_before[s]) {
-      const int32_t r = tr.value;
-      const int64_t bytes = memory.buffers[r].bytes;
-      if (tr.to == Space::device) {
-        if (bytes > 0) {
-          t.dev[r] = device->alloc(static_cast<size_t>(bytes));
-          cs->device_buffers.push_back(t.dev[r]);
-          ++rs.allocations;
-        }
-      } else {
-        t.host[r] = Tensor(t.host[r].type());
-        ++rs.allocations;
-        for (int32_t v : views_of[r]) t.host[v].share_storage(t.host[r]);
-      }
+      allocate(tr.value, tr.to);
+      if (tr.to == Space::host)
+        for (int32_t v : views_of[tr.value]) t.host[v].share_storage(t.host[tr.value]);
       copy(tr, t, rs);
     }
     if (!constant_step[s]) continue;
@@ -483,18 +488,7 @@ std::shared_ptr<Executable::Impl::ConstantSet> Executable::Impl::constants_for(c
     if (!std::holds_alternative<ViewStep>(step))
       for (ValueRef w : step_writes(graph, step)) {
         const int32_t r = id(w);
-        const int64_t bytes = memory.buffers[r].bytes;
-        if (two_spaces && memory.buffers[r].home == Space::device) {
-          if (bytes > 0) {
-            t.dev[r] = device->alloc(static_cast<size_t>(bytes));
-            cs->device_buffers.push_back(t.dev[r]);
-            ++rs.allocations;
-          }
-        } else {
-          t.host[r] = Tensor(t.host[r].type());
-          ++rs.allocations;
-          if (!two_spaces) t.dev[r] = address_of(t.host[r]);
-        }
+        allocate(r, two_spaces && memory.buffers[r].home == Space::device ? Space::device : Space::host);
       }
     execute(s, t, scratch, cs.get(), flags, rs);
   }
