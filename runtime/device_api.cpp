@@ -159,6 +159,16 @@ std::shared_ptr<const DeviceKernel> cpu_kernel(KernelCache& cache, const codegen
   return k;
 }
 
+// Runs a CpuKernel on the host: device addresses are host addresses on both host devices.
+void run_on_host(const DeviceKernel& kernel, const codegen::KernelSpec& spec, std::span<const DevicePtr> data,
+                 DevicePtr flags, ThreadPool& pool) {
+  thread_local std::vector<void*> pointers;
+  pointers.clear();
+  for (DevicePtr p : data) pointers.push_back(reinterpret_cast<void*>(p));
+  const std::span<int32_t> flag_view(reinterpret_cast<int32_t*>(flags), flags ? spec.flags.size() : 0);
+  run_kernel(*static_cast<const CpuKernel&>(kernel).compiled, spec, pointers, {}, flag_view, pool);
+}
+
 int compile_all(KernelCache& cache, std::span<const codegen::KernelSpec* const> specs) {
   int compiled = 0;
   for (const codegen::KernelSpec* s : specs) {
@@ -259,12 +269,7 @@ void CpuDevice::launch(const DeviceKernel& kernel, const codegen::KernelSpec& sp
                   fmt::format("kernel '{}' operand {}", spec.name, i), "cpu");
     }
   }
-  // Device addresses are host addresses here; run_kernel takes them as pointers.
-  thread_local std::vector<void*> pointers;
-  pointers.clear();
-  for (DevicePtr p : data) pointers.push_back(reinterpret_cast<void*>(p));
-  const std::span<int32_t> flag_view(reinterpret_cast<int32_t*>(flags), flags ? spec.flags.size() : 0);
-  run_kernel(*static_cast<const CpuKernel&>(kernel).compiled, spec, pointers, {}, flag_view, *pool_);
+  run_on_host(kernel, spec, data, flags, *pool_);
 }
 
 // ---- Emulated CUDA --------------------------------------------------------------------------
@@ -339,10 +344,7 @@ void EmulatedDevice::launch(const DeviceKernel& kernel, const codegen::KernelSpe
     live_.check_launch(spec, data, flags, "cuda-emulated");
     ++counters_.launches;
   }
-  std::vector<void*> host_view;
-  for (DevicePtr p : data) host_view.push_back(reinterpret_cast<void*>(p));
-  const std::span<int32_t> flag_view(reinterpret_cast<int32_t*>(flags), flags ? spec.flags.size() : 0);
-  run_kernel(*static_cast<const CpuKernel&>(kernel).compiled, spec, host_view, {}, flag_view, *pool_);
+  run_on_host(kernel, spec, data, flags, *pool_);
 }
 
 }  // namespace ampfuse::runtime
