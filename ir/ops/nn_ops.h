@@ -13,8 +13,11 @@ namespace ampfuse::ir::nn {
 void register_conv_ops(OpRegistry& r);     // Convolution, Deconvolution, Pooling
 void register_dense_ops(OpRegistry& r);    // FullyConnected, dot, batch_dot, Embedding
 void register_norm_ops(OpRegistry& r);     // BatchNorm, LayerNorm
-void register_softmax_ops(OpRegistry& r);  // softmax, log_softmax, SoftmaxOutput
+void register_softmax_ops(OpRegistry& r);  // softmax, log_softmax, softmin, SoftmaxActivation, SoftmaxOutput
 void register_rnn_ops(OpRegistry& r);      // RNN
+void register_zoo_norm_ops(OpRegistry& r);     // InstanceNorm, GroupNorm, L2Normalization, LRN
+void register_ordering_ops(OpRegistry& r);     // norm, nansum, argmax..., topk, sort, argsort
+void register_loss_linalg_ops(OpRegistry& r);  // regression outputs, MakeLoss, _linalg_gemm*
 
 // Attribute schema entries.
 inline AttrSpec required(std::string name, AttrKind kind) { return {std::move(name), kind, std::nullopt, {}}; }

@@ -1,4 +1,5 @@
-// softmax, log_softmax and SoftmaxOutput: schemas and type inference.
+// softmax, log_softmax, softmin, SoftmaxActivation and SoftmaxOutput: schemas and type
+// inference.
 #include "ir/error.h"
 #include "ir/ops/nn_ops.h"
 #include "ir/ops/nn_params.h"
@@ -7,6 +8,8 @@ namespace ampfuse::ir::nn {
 
 namespace {
 
+// softmin is softmax of the negated data (MXNet's softmax with negate=true), with
+// softmax's attributes.
 OpDef softmax_def(const char* name) {
   OpDef d;
   d.name = name;
@@ -26,6 +29,27 @@ OpDef softmax_def(const char* name) {
     const DType out = ctx.attrs.get_opt_dtype("dtype").value_or(data->dtype);
     if (!is_float(out)) fail("dtype={} must be a float type", dtype_name(out));
     ctx.outputs[0] = TensorType{out, data->shape};
+  };
+  d.amp_bf16 = d.amp_fp16 = AmpClass::fp32;
+  return d;
+}
+
+// The legacy SoftmaxActivation: softmax over the last axis (mode=instance: MXNet reads the
+// data as rows of its last axis, whatever the rank) or over axis 1 (mode=channel, data
+// (N, C, ...) of rank 3 or more, as MXNet requires).
+OpDef softmax_activation_def() {
+  OpDef d;
+  d.name = "SoftmaxActivation";
+  d.kind = OpKind::compute;
+  d.inputs = {{"data"}};
+  d.attrs = {one_of("mode", "instance", {"instance", "channel"})};
+  d.infer = [](InferContext& ctx) {
+    const TensorType* data = known_input(ctx, 0);
+    if (!data) return;
+    require_float(*data, "the data");
+    if (ctx.attrs.get_string("mode") == "channel" && data->shape.size() < 3)
+      fail("mode=channel needs data of rank 3 or more (N, C, ...), not {}", shape_str(data->shape));
+    ctx.outputs[0] = *data;
   };
   d.amp_bf16 = d.amp_fp16 = AmpClass::fp32;
   return d;
@@ -64,6 +88,8 @@ OpDef softmax_output_def() {
 void register_softmax_ops(OpRegistry& r) {
   r.add(softmax_def("softmax"));
   r.add(softmax_def("log_softmax"));
+  r.add(softmax_def("softmin"));
+  r.add(softmax_activation_def());
   r.add(softmax_output_def());
 }
 

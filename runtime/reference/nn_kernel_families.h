@@ -7,8 +7,11 @@ namespace ampfuse::runtime::ref {
 void register_conv_kernels();      // Convolution, Deconvolution, Pooling
 void register_dense_kernels();     // FullyConnected, dot, batch_dot, Embedding
 void register_norm_kernels();      // BatchNorm, LayerNorm
-void register_softmax_kernels();   // softmax, log_softmax, SoftmaxOutput
+void register_softmax_kernels();   // softmax, log_softmax, softmin, SoftmaxActivation, SoftmaxOutput
 void register_rnn_kernels();       // RNN
+void register_zoo_norm_kernels();  // InstanceNorm, GroupNorm, L2Normalization, LRN
+void register_ordering_kernels();  // argmax..., norm, nansum, nanprod, topk, sort, argsort
+void register_linalg_kernels();    // _linalg_gemm2, _linalg_gemm
 void register_custom_op_kernel();  // Custom, dispatching on op_type
 
 }  // namespace ampfuse::runtime::ref

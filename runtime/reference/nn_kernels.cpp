@@ -10,6 +10,9 @@ void register_nn_kernels() {
   ref::register_norm_kernels();
   ref::register_softmax_kernels();
   ref::register_rnn_kernels();
+  ref::register_zoo_norm_kernels();
+  ref::register_ordering_kernels();
+  ref::register_linalg_kernels();
   ref::register_custom_op_kernel();
   register_sockeye_kernels();
 }

@@ -1,5 +1,5 @@
-// Reference kernels: softmax, log_softmax, SoftmaxOutput (forward only; its label is
-// ignored).
+// Reference kernels: softmax, log_softmax, softmin, SoftmaxActivation, SoftmaxOutput
+// (forward only; its label is ignored).
 #include "ir/error.h"
 #include "ir/ops/nn_params.h"
 #include "runtime/reference/kernel_io.h"
@@ -42,13 +42,17 @@ void softmax_rows(std::vector<T>& x, const Rows& r, T temperature, bool log) {
     }
 }
 
-void softmax_kernel(const ir::Node& node, std::span<const Tensor> in, std::span<Tensor> out, bool log) {
+// softmin is softmax of -x (MXNet negates before taking the maximum, as here).
+void softmax_kernel(const ir::Node& node, std::span<const Tensor> in, std::span<Tensor> out, bool log,
+                    bool negate = false) {
   const ir::Shape& shape = in[0].shape();
   const Rows r =
       rows_along(shape, static_cast<size_t>(ir::nn::normalize_axis(node.attrs.get_int("axis"), shape.size())));
   const double t = node.attrs.is_none("temperature") ? 1.0 : node.attrs.get_float("temperature");
   with_compute_type({in[0].dtype(), out[0].dtype()}, [&]<class T>() {
     std::vector<T> x = load<T>(in[0]);
+    if (negate)
+      for (T& v : x) v = -v;
     softmax_rows<T>(x, r, static_cast<T>(t), log);
     store(x, out[0]);
   });
@@ -72,6 +76,18 @@ void softmax_output(const ir::Node& node, std::span<const Tensor> in, std::span<
   });
 }
 
+// SoftmaxActivation: mode=channel normalizes over axis 1, mode=instance over the last axis
+// (MXNet reads the data as a matrix of its last axis, whatever the rank).
+void softmax_activation(const ir::Node& node, std::span<const Tensor> in, std::span<Tensor> out) {
+  const ir::Shape& shape = in[0].shape();
+  const Rows r = rows_along(shape, node.attrs.get_string("mode") == "channel" ? 1 : shape.size() - 1);
+  with_compute_type({in[0].dtype()}, [&]<class T>() {
+    std::vector<T> x = load<T>(in[0]);
+    softmax_rows<T>(x, r, T(1), false);
+    store(x, out[0]);
+  });
+}
+
 }  // namespace
 
 void register_softmax_kernels() {
@@ -81,6 +97,10 @@ void register_softmax_kernels() {
   register_reference_kernel("log_softmax", [](const ir::Node& n, std::span<const Tensor> in, std::span<Tensor> out) {
     softmax_kernel(n, in, out, true);
   });
+  register_reference_kernel("softmin", [](const ir::Node& n, std::span<const Tensor> in, std::span<Tensor> out) {
+    softmax_kernel(n, in, out, false, true);
+  });
+  register_reference_kernel("SoftmaxActivation", softmax_activation);
   register_reference_kernel("SoftmaxOutput", softmax_output);
 }
 
