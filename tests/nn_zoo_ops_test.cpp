@@ -2,6 +2,7 @@
 // (docs/ops.md): type inference and its refusals, AMP classes, and the interpreter against
 // the outputs real MXNet 1.9.1 gives (tests/data/nn_zoo/gen_expected.py wrote them), in f32
 // and from f16 / bf16 inputs, alone and in an imported MXNet graph.
+#include "engine/execution/executor.h"
 #include "ir/builder.h"
 #include "ir/lowp.h"
 #include "ir/mxnet_json.h"
@@ -229,6 +230,46 @@ TEST(NnZooOps, ImportedMxnetGraphMatchesMxnet) {
   const std::vector<Tensor> got = runtime::interpret(g, vars);
   const ZooCase whole{"graph", "", {}, {}, kGraphOutputs, 1e-5};
   expect_outputs(whole, got, std::nullopt);
+}
+
+// The loss heads fuse with the elementwise ops around them into one kernel, a (N,) label
+// against (N, 1) data included, and give the interpreter's values (within a few f32 ulps:
+// the fused exp of the sigmoid is within 1 ulp, codegen/vector_math.h).
+TEST(NnZooOps, LossHeadsFuseIntoOneKernel) {
+  ir::GraphBuilder b;
+  const ir::ValueRef x = b.input("x", f32({6, 1}));
+  const ir::ValueRef label = b.input("label", f32({6}));
+  const ir::ValueRef r = b.op("Activation", {x}, {{"act_type", "relu"}});
+  const ir::ValueRef head = b.op("LogisticRegressionOutput", {r, label});
+  b.output(b.op("MakeLoss", {b.op("LinearRegressionOutput", {head, label})}));
+  const ir::Graph g = b.finish();
+  const engine::Executable exe = engine::Executable::compile(g);
+  EXPECT_EQ(exe.compile_stats().kernels, 1);
+  EXPECT_EQ(exe.compile_stats().fused_nodes, 4);
+  const runtime::Bindings vars = runtime::random_bindings(g, 3);
+  const std::vector<Tensor> want = runtime::interpret(g, vars), got = exe.run(vars);
+  ASSERT_EQ(got.size(), 1u);
+  for (int64_t i = 0; i < want[0].size(); ++i)
+    EXPECT_NEAR(got[0].get_f64(i), want[0].get_f64(i), 4 * 0x1p-23 * std::abs(want[0].get_f64(i))) << "element " << i;
+}
+
+// Converted for bf16 AMP, the imported graph keeps every one of these ops in f32: eight are
+// fp32-class, LRN (bf16-neutral) and Flatten follow their f32 inputs. So the executor still
+// gives MXNet's f32 results.
+TEST(NnZooOps, ImportedGraphUnderAmpRunsInTheExecutor) {
+  ir::MxnetImportOptions opts;
+  opts.input_shapes = {{"data", kGraphInputs[0].second.shape}};
+  const ir::Graph g = ir::load_mxnet_json_file(std::string(AMPFUSE_TESTDATA_DIR) + "/mxnet/nn_zoo_ops.json", opts);
+  runtime::Bindings vars;
+  for (const auto& [name, t] : kGraphInputs) vars.emplace(name, make_tensor(t, DType::f32));
+  engine::ExecutorOptions exec;
+  exec.amp = engine::AmpOptions{};
+  const engine::Executable exe = engine::Executable::compile(g, exec);
+  ASSERT_TRUE(exe.compile_stats().amp);
+  EXPECT_EQ(exe.compile_stats().amp->lp16_nodes, 0);
+  EXPECT_EQ(exe.compile_stats().amp->class_counts, (std::map<std::string, int>{{"fp32", 8}, {"neutral", 2}}));
+  const ZooCase whole{"graph under AMP", "", {}, {}, kGraphOutputs, 1e-5};
+  expect_outputs(whole, exe.run(vars), std::nullopt);
 }
 
 }  // namespace
