@@ -13,6 +13,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <optional>
 
@@ -110,6 +111,26 @@ TEST(NnZooOps, LowPrecisionInputsComputeInF32AndRoundOnce) {
       SCOPED_TRACE(fmt::format("case {} ({}) in {}", c.name, c.op, ir::dtype_name(lowp)));
       expect_outputs(c, run_op(c, lowp), lowp);
     }
+}
+
+// Rows longer than 16 with a NaN: MXNet's std::sort has no defined order (nor bounds) there;
+// these kernels put NaNs after the numbers, which keep their order.
+TEST(NnZooOps, LongRowsWithNaNSortNaNsLast) {
+  std::vector<double> row(20);
+  for (size_t i = 0; i < row.size(); ++i) row[i] = static_cast<double>((i * 7) % 20);
+  row[3] = row[11] = NAN;  // replaces 1 and 17
+  const NamedTensor data{DType::f32, {1, 20}, row};
+  for (const char* ascend : {"True", "False"}) {
+    const ZooCase c{"nan row", "sort", {{"is_ascend", ascend}}, {data}, {}, 0};
+    const std::vector<double> got = runtime::to_f64_vector(run_op(c, DType::f32).at(0));
+    std::vector<double> numbers;
+    for (double v : row)
+      if (!std::isnan(v)) numbers.push_back(v);
+    std::sort(numbers.begin(), numbers.end());
+    if (std::string(ascend) == "False") std::reverse(numbers.begin(), numbers.end());
+    for (size_t i = 0; i < numbers.size(); ++i) EXPECT_EQ(got[i], numbers[i]) << ascend << " element " << i;
+    EXPECT_TRUE(std::isnan(got[18]) && std::isnan(got[19])) << ascend;
+  }
 }
 
 // ---- type inference -----------------------------------------------------------------

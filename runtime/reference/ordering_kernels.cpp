@@ -7,6 +7,9 @@
 // algorithms leave; these kernels call the same algorithms with the same comparisons on the
 // same initial order 0..n-1, so with the same C++ library (libstdc++) they leave the same
 // order, ties and NaNs included (tests/nn_zoo_ops_test.cpp checks this against MXNet).
+// One exception: in a row of more than 16 elements a NaN breaks the algorithms' unguarded
+// loops (< and > are no ordering with NaN; std::sort may then read outside the row, in
+// MXNet too), so such rows order NaNs after all numbers, ascending or descending.
 #include "ir/error.h"
 #include "ir/ops/nn_ordering.h"
 #include "ir/ops/tensor_shapes.h"
@@ -110,8 +113,16 @@ void order_row(std::vector<int64_t>& idx, const std::vector<T>& vals, int64_t k,
   std::iota(idx.begin(), idx.end(), int64_t{0});
   const auto n = static_cast<int64_t>(idx.size());
   const bool full_sort = k * 8 > n;
-  const auto less = [&](int64_t a, int64_t b) { return vals[a] < vals[b]; };
-  const auto greater = [&](int64_t a, int64_t b) { return vals[a] > vals[b]; };
+  // std::sort's insertion sort covers rows of up to 16 elements, where NaNs are harmless.
+  const bool nan_last = n > 16 && std::any_of(vals.begin(), vals.end(), [](T v) { return std::isnan(v); });
+  const auto less = [&](int64_t a, int64_t b) {
+    if (nan_last) return !std::isnan(vals[a]) && (std::isnan(vals[b]) || vals[a] < vals[b]);
+    return vals[a] < vals[b];
+  };
+  const auto greater = [&](int64_t a, int64_t b) {
+    if (nan_last) return !std::isnan(vals[a]) && (std::isnan(vals[b]) || vals[a] > vals[b]);
+    return vals[a] > vals[b];
+  };
   if (ascend) {
     if (full_sort) std::sort(idx.begin(), idx.end(), less);
     else std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), less);
