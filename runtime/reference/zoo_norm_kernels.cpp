@@ -6,6 +6,7 @@
 #include "runtime/reference/nn_kernel_families.h"
 #include "runtime/reference/reference_kernels.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace ampfuse::runtime::ref {
@@ -102,20 +103,19 @@ void lrn(const ir::Node& node, std::span<const Tensor> in, std::span<Tensor> out
     const T knorm = static_cast<T>(node.attrs.get_float("knorm"));
     const T scaled_alpha = alpha / static_cast<T>(nsize);
     const std::vector<T> x = load<T>(in[0]);
-    std::vector<T> y(x.size());
+    std::vector<T> y(x.size()), window(static_cast<size_t>(plane));
     for (int64_t b = 0; b < s[0]; ++b)
       for (int64_t c = 0; c < channels; ++c) {
+        // The window's squares, added plane by plane (contiguous, so the loops vectorize).
         const int64_t half = (nsize - 1) / 2;
         const int64_t lo = std::max<int64_t>(0, c - half), hi = std::min(channels, c + half + 1);
-        for (int64_t p = 0; p < plane; ++p) {
-          T sq = 0;
-          for (int64_t w = lo; w < hi; ++w) {
-            const T v = x[(b * channels + w) * plane + p];
-            sq += v * v;
-          }
-          const int64_t at = (b * channels + c) * plane + p;
-          y[at] = x[at] * std::pow(knorm + scaled_alpha * sq, -beta);
+        std::fill(window.begin(), window.end(), T(0));
+        for (int64_t w = lo; w < hi; ++w) {
+          const T* src = x.data() + (b * channels + w) * plane;
+          for (int64_t p = 0; p < plane; ++p) window[p] += src[p] * src[p];
         }
+        const int64_t at = (b * channels + c) * plane;
+        for (int64_t p = 0; p < plane; ++p) y[at + p] = x[at + p] * std::pow(knorm + scaled_alpha * window[p], -beta);
       }
     store(y, out[0]);
   });
