@@ -195,6 +195,8 @@ TEST(NnZooOpsInfer, RefusalsNameTheAttribute) {
   EXPECT_ERROR(infer("argsort", {f32({2, 4})}, {{"dtype", "int8"}}), "dtype=i8 cannot hold the indices");
   EXPECT_ERROR(infer("argmax", {f32({2, 4})}, {{"axis", "-3"}}), "axis=-3 is out of range");
   EXPECT_ERROR(infer("argmax_channel", {f32({4})}, {}), "channel axis");
+  EXPECT_ERROR(infer("argmax", {f32({3, 0})}, {{"axis", "1"}}), "argmax of the data [3,0] has no element to pick");
+  EXPECT_ERROR(infer("argmin", {f32({0, 2})}, {}), "argmin of the data [0,2] has no element");
   EXPECT_ERROR(infer("norm", {f32({2, 4})}, {{"ord", "3"}}), "ord=3 is not supported");
   EXPECT_ERROR(infer("norm", {f32({2, 4})}, {{"out_dtype", "int32"}}), "out_dtype=i32");
   EXPECT_ERROR(infer("norm", {f32({2, 4})}, {{"axis", "(1, 1)"}}), "names dim 1 twice");

@@ -94,9 +94,11 @@ OpDef arg_reduce_def(const char* name, AmpClass bf16_class) {
   d.kind = OpKind::reduction;
   d.inputs = {{"data"}};
   d.attrs = {none_by_default("axis", AttrKind::Int), optional("keepdims", AttrKind::Bool, false)};
-  d.infer = [](InferContext& ctx) {
+  d.infer = [name](InferContext& ctx) {
     const TensorType* data = known_data(ctx);
     if (!data) return;
+    if (axis_rows(data->shape, ctx.attrs).n == 0)
+      fail("{} of the data {} has no element to pick along the axis", name, shape_str(data->shape));
     ctx.outputs[0] = TensorType{data->dtype, arg_reduce_shape(data->shape, ctx.attrs)};
   };
   d.amp_fp16 = AmpClass::neutral;
@@ -113,7 +115,8 @@ OpDef argmax_channel_def() {
   d.infer = [](InferContext& ctx) {
     const TensorType* data = known_data(ctx);
     if (!data) return;
-    if (data->shape.size() < 2) fail("the data {} needs a channel axis (axis 1)", shape_str(data->shape));
+    if (data->shape.size() < 2 || data->shape[1] == 0)
+      fail("the data {} needs a non-empty channel axis (axis 1)", shape_str(data->shape));
     Shape out = data->shape;
     out.erase(out.begin() + 1);
     ctx.outputs[0] = TensorType{data->dtype, out};
