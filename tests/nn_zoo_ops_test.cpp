@@ -192,6 +192,7 @@ TEST(NnZooOpsInfer, RefusalsNameTheAttribute) {
   EXPECT_ERROR(infer("topk", {f32({2, 4})}, {{"k", "9"}, {"axis", "None"}}), "k=9 is more than the 8 elements of the flattened data");
   EXPECT_ERROR(infer("topk", {f32({2, 4})}, {{"ret_typ", "values"}}), "ret_typ");
   EXPECT_ERROR(infer("topk", {f32({2, 4})}, {{"axis", "2"}}), "axis=2 is out of range");
+  EXPECT_ERROR(infer("sort", {f32({2, 4})}, {{"axis", "last"}}), "axis='last' is neither an integer nor None");
   EXPECT_ERROR(infer("argsort", {f32({2, 4})}, {{"dtype", "int8"}}), "dtype=i8 cannot hold the indices");
   EXPECT_ERROR(infer("argmax", {f32({2, 4})}, {{"axis", "-3"}}), "axis=-3 is out of range");
   EXPECT_ERROR(infer("argmax_channel", {f32({4})}, {}), "channel axis");

@@ -16,6 +16,8 @@
 
 namespace ampfuse::ir::nn {
 
+namespace {
+
 // topk, sort and argsort default to axis -1 but also take None, which the attribute
 // schema cannot express for an Int (None is only allowed as a default there), so their
 // axis is a String attribute read here; argmax's is an Int defaulting to None.
@@ -31,6 +33,8 @@ std::optional<int64_t> axis_attr(const Attrs& attrs) {
     fail("axis='{}' is neither an integer nor None", text);
   return axis;
 }
+
+}  // namespace
 
 AxisRows axis_rows(const Shape& in, const Attrs& attrs) {
   AxisRows r;
