@@ -89,7 +89,8 @@ void expect_outputs(const ZooCase& c, const std::vector<Tensor>& got, std::optio
         EXPECT_TRUE(std::isnan(values[i])) << "element " << i << " is " << values[i] << ", MXNet gives NaN";
         continue;
       }
-      const double tol = c.tol * std::max(1.0, std::abs(want.values[i])) + ulp_fraction(dtype) * std::abs(want.values[i]);
+      const double magnitude = std::abs(want.values[i]);
+      const double tol = c.tol * std::max(1.0, magnitude) + ulp_fraction(dtype) * magnitude;
       EXPECT_NEAR(values[i], want.values[i], tol) << "element " << i;
     }
   }
@@ -189,7 +190,8 @@ TEST(NnZooOpsInfer, OutputTypesFollowMxnet) {
 
 TEST(NnZooOpsInfer, RefusalsNameTheAttribute) {
   EXPECT_ERROR(infer("topk", {f32({2, 4})}, {{"k", "5"}}), "k=5 is more than the 4 elements along axis 1");
-  EXPECT_ERROR(infer("topk", {f32({2, 4})}, {{"k", "9"}, {"axis", "None"}}), "k=9 is more than the 8 elements of the flattened data");
+  EXPECT_ERROR(infer("topk", {f32({2, 4})}, {{"k", "9"}, {"axis", "None"}}),
+               "k=9 is more than the 8 elements of the flattened data");
   EXPECT_ERROR(infer("topk", {f32({2, 4})}, {{"ret_typ", "values"}}), "ret_typ");
   EXPECT_ERROR(infer("topk", {f32({2, 4})}, {{"axis", "2"}}), "axis=2 is out of range");
   EXPECT_ERROR(infer("sort", {f32({2, 4})}, {{"axis", "last"}}), "axis='last' is neither an integer nor None");
