@@ -233,6 +233,11 @@ void write_mxnet_params(const std::string& path, const NDArrayList& list) {
   if (!f) fail("{}: write failed", path);
 }
 
+std::string param_variable_name(const std::string& array_name) {
+  if (array_name.starts_with("arg:") || array_name.starts_with("aux:")) return array_name.substr(4);
+  return array_name;
+}
+
 std::map<std::string, Tensor> params_by_name(const NDArrayList& list, const std::string& source) {
   if (list.names.empty() && !list.arrays.empty())
     fail("{}: an unnamed list of {} arrays (mx.nd.save of a list); parameters need names (save a dict)", source,
@@ -241,8 +246,7 @@ std::map<std::string, Tensor> params_by_name(const NDArrayList& list, const std:
   std::map<std::string, std::string> spelled;  // variable name -> the name in the file
   for (size_t k = 0; k < list.arrays.size(); ++k) {
     const std::string& full = list.names[k];
-    std::string name = full;
-    if (name.starts_with("arg:") || name.starts_with("aux:")) name = name.substr(4);
+    const std::string name = param_variable_name(full);
     if (name.empty()) fail("{}: array {} has an empty name ('{}')", source, k, full);
     auto [it, fresh] = spelled.emplace(name, full);
     if (!fresh) fail("{}: arrays '{}' and '{}' both name the variable '{}'", source, it->second, full, name);

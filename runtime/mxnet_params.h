@@ -41,7 +41,11 @@ NDArrayList read_mxnet_params(std::istream& in, uint64_t size, const std::string
 void write_mxnet_params(const std::string& path, const NDArrayList& list);
 void write_mxnet_params(std::ostream& out, const NDArrayList& list);
 
-// The arrays by variable name: "arg:" and "aux:" prefixes dropped, as MXNet's loaders do.
+// The variable an array binds: its name with an "arg:" or "aux:" prefix dropped, as MXNet's
+// loaders do ("arg:fc1_weight" -> "fc1_weight").
+std::string param_variable_name(const std::string& array_name);
+
+// The arrays by variable name (param_variable_name).
 // Throws ampfuse::Error naming `source` for an unnamed list or a name that appears twice.
 std::map<std::string, Tensor> params_by_name(const NDArrayList& list, const std::string& source);
 

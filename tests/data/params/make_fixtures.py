@@ -89,3 +89,26 @@ v0 = [struct.pack('<I', x.ndim) + struct.pack(f'<{x.ndim}I', *x.shape) + array_b
       for x, t in ((a, 0), (b, 4))]
 open('legacy_v0.params', 'wb').write(list_file(v0, ['arg:a', 'arg:b']))
 record('legacy_v0.params')
+
+
+# A small Gluon model as HybridBlock.export writes it (mlp-symbol.json, mlp-0000.params with
+# arg: and aux: names), an input and MXNet's output for it (inference mode).
+from mxnet.gluon import nn  # noqa: E402
+
+mx.random.seed(7)
+rng = np.random.RandomState(7)
+net = nn.HybridSequential()
+net.add(nn.Dense(8, in_units=5), nn.BatchNorm(in_channels=8), nn.Activation('relu'), nn.Dense(4, in_units=8))
+net.initialize(mx.init.Xavier())
+bn = net[1]
+bn.running_mean.set_data(mx.nd.array(rng.uniform(-0.5, 0.5, 8)))
+bn.running_var.set_data(mx.nd.array(rng.uniform(0.5, 1.5, 8)))
+bn.gamma.set_data(mx.nd.array(rng.uniform(0.5, 1.5, 8)))
+bn.beta.set_data(mx.nd.array(rng.uniform(-0.5, 0.5, 8)))
+net.hybridize()
+x = mx.nd.array(rng.uniform(-1, 1, (3, 5)))
+y = net(x)
+net.export('mlp')
+np.save('mlp_input.npy', x.asnumpy())
+np.save('mlp_output.npy', y.asnumpy())
+print('mlp:', sorted(mx.nd.load('mlp-0000.params')), y.shape)
