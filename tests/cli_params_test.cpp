@@ -160,6 +160,10 @@ TEST(CliParams, ConvertWritesTheWeightsItStoresInLowPrecision) {
     EXPECT_EQ(max_abs_difference(after.arrays[k], runtime::cast(before.arrays[k], after.arrays[k].dtype())), 0)
         << after.names[k];
   }
+  // The f32 weights do not fit the converted model, and the error says what does.
+  expect_clean_error(run_cli(fmt::format("run '{}' --shape data=3,5 --params '{}'", dir.file("bf16-symbol.json"), kParams)),
+                     kParams + ": array 'arg:dense0_weight' is f32[8,5], but the model's param 'dense0_weight' is "
+                               "bf16[8,5] (a converted model's weights: write them with `ampfuse convert --params-out`)");
   // The pair runs, close to MXNet's f32 output.
   const Tensor want = runtime::read_npy(data_file("mlp_output.npy"));
   const Tensor got = mlp_output(dir.file("bf16-symbol.json"), fmt::format("--params '{}'", dir.file("bf16.params")));

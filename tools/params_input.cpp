@@ -23,9 +23,12 @@ void check_params_against_model(const ParamsFile& params, const ir::Graph& g, co
     if (inputs.count(name)) fail("{}: array '{}' binds '{}', which --inputs binds too", params.path, spelled, name);
     const ir::Node& v = g.nodes[*var];
     if (v.outputs.empty()) continue;  // not inferred (an input's shape is missing): nothing to compare
-    if (v.outputs[0] != array.type())
-      fail("{}: array '{}' is {}, but the model's {} '{}' is {}", params.path, spelled, ir::type_str(array.type()),
-           ir::var_role_name(v.role), name, ir::type_str(v.outputs[0]));
+    if (v.outputs[0] == array.type()) continue;
+    // The likely mistake: the f32 weights of a model converted with --cast-params-offline.
+    const bool stored_lowp = v.outputs[0].shape == array.shape() && ir::is_lowp(v.outputs[0].dtype);
+    fail("{}: array '{}' is {}, but the model's {} '{}' is {}{}", params.path, spelled, ir::type_str(array.type()),
+         ir::var_role_name(v.role), name, ir::type_str(v.outputs[0]),
+         stored_lowp ? " (a converted model's weights: write them with `ampfuse convert --params-out`)" : "");
   }
 }
 
