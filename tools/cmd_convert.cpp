@@ -1,5 +1,6 @@
 // `ampfuse convert MODEL.json --amp bf16|fp16 -o OUT.json`: the AMP passes over a model,
-// written back as MXNet symbol JSON (amp_cast / amp_multicast spelled as MXNet 1.9 loads them).
+// written back as MXNet symbol JSON (amp_cast / amp_multicast spelled as MXNet 1.9 loads them),
+// and with --params-out its weights as the converted model stores them (a .params file).
 #include "engine/lower.h"
 #include "ir/error.h"
 #include "ir/mxnet_json.h"
@@ -136,7 +137,7 @@ Command add_convert_command(CLI::App& parent) {
                   "in low precision (--cast-params-offline) cast, as MXNet's convert_model does")
       ->type_name("OUT.params");
   cmd->add_flag("--json", o->json,
-                "Print one JSON object {model, output, target, nodes_before, nodes_after, casts_inserted, "
+                "Print one JSON object {model, output, params_output, target, nodes_before, nodes_after, casts_inserted, "
                 "casts_removed, casts_final, params_offline, lp16_nodes, fp32_nodes, op_classes}");
   cmd->footer("The steps: infer types, amp-convert, cast-fold, layout-optimize (--layout), dce (engine/lower.h).\n"
               "The result is MXNet 1.x symbol JSON, amp_cast / amp_multicast spelled as MXNet 1.9 loads them.");

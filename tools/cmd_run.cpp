@@ -1,7 +1,8 @@
 // `ampfuse run [MODEL.json]`: runs a model (the embedded default one without MODEL) with
-// seeded random values for everything --inputs leaves unbound: converted for AMP when --amp
-// says so, planned into fused kernels and compiled (or op by op with --no-fuse, or on the
-// reference interpreter with --interpreter), timed against the f32 graph run unfused.
+// seeded random values for everything --inputs and --params leave unbound: converted for
+// AMP when --amp says so, planned into fused kernels and compiled (or op by op with
+// --no-fuse, or on the reference interpreter with --interpreter), timed against the f32
+// graph run unfused.
 #include "engine/lower.h"
 #include "engine/execution/executor.h"
 #include "ir/error.h"
