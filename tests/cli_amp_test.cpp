@@ -26,7 +26,10 @@ TEST(CliConvert, WritesMxnetJsonThatReimportsAndReportsCounts) {
   const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
   EXPECT_NE(text.find("\"op\": \"amp_cast\""), std::string::npos);
   EXPECT_NE(text.find("\"dtype\": \"bfloat16\""), std::string::npos);
-  ir::Graph back = ir::load_mxnet_json_file(out);
+  // Its inputs carry no shape (convert writes no --shape batch into the file): give them.
+  ir::MxnetImportOptions shapes;
+  shapes.input_shapes = {{"data", {35, 1}}, {"softmax_label", {35}}};
+  ir::Graph back = ir::load_mxnet_json_file(out, shapes);
   EXPECT_NO_THROW(ir::infer_types(back));
 
   const CliResult text_report = run_cli(fmt::format("convert '{}' --shape data=35,1 --shape softmax_label=35 --amp fp16 -o '{}'", model, out));

@@ -1,11 +1,14 @@
 // `ampfuse convert MODEL.json --amp bf16|fp16 -o OUT.json`: the AMP passes over a model,
-// written back as MXNet symbol JSON (amp_cast / amp_multicast spelled as MXNet 1.9 loads them).
+// written back as MXNet symbol JSON (amp_cast / amp_multicast spelled as MXNet 1.9 loads them),
+// and with --params-out its weights as the converted model stores them (a .params file).
 #include "engine/lower.h"
 #include "ir/error.h"
 #include "ir/mxnet_json.h"
+#include "ir/mxnet_type_flags.h"
 #include "tools/amp_args.h"
 #include "tools/commands.h"
 #include "tools/model_input.h"
+#include "tools/params_input.h"
 
 #include <nlohmann/json.hpp>
 
@@ -21,32 +24,72 @@ struct ConvertOptions {
   std::vector<std::string> shapes;
   AmpArgs amp;
   std::string output;
+  std::string params, params_out;  // --params FILE.params, --params-out OUT.params
   bool json = false;
 };
+
+// What the model file itself says of each input's type: the type its __shape__/__dtype__
+// hints gave it, or nothing (the hints left untyped stay in Node::hints).
+std::map<std::string, std::optional<ir::TensorType>> input_types_of_file(const ir::Graph& g) {
+  std::map<std::string, std::optional<ir::TensorType>> types;
+  for (const ir::Node* n : input_variables(g))
+    types[n->name] = n->outputs.empty() ? std::nullopt : std::optional<ir::TensorType>(n->outputs[0]);
+  return types;
+}
+
+// The converted graph as it is written: an input carries the __shape__ hint the model file
+// had, never the --shape the conversion ran with (the result takes any batch, as the input
+// did), and its dtype as __dtype__ (MXNet cannot infer an input's dtype backwards through
+// the amp_cast that reads it). Weights keep their types: shapes that do not depend on the
+// batch, and the dtype a weight is stored in (as MXNet's convert_model marks the weights it
+// casts).
+ir::Graph with_file_input_hints(ir::Graph g, const std::map<std::string, std::optional<ir::TensorType>>& file_types) {
+  for (ir::Node& n : g.nodes) {
+    if (!n.is_var() || n.role != ir::VarRole::input) continue;
+    const auto it = file_types.find(n.name);
+    if (it != file_types.end() && it->second) {
+      n.outputs = {*it->second};
+    } else if (!n.outputs.empty()) {
+      n.hints["__dtype__"] = std::to_string(ir::mxnet_flag_of(n.outputs[0].dtype));
+      n.outputs.clear();
+    }
+  }
+  return g;
+}
 
 int run_convert(const ConvertOptions& o) {
   if (o.amp.amp != "bf16" && o.amp.amp != "fp16")
     fail("--amp {}: expected bf16 or fp16 (convert writes a low-precision model)", o.amp.amp);
   const std::optional<engine::AmpOptions> amp = o.amp.options();
+  if (!o.params_out.empty() && o.params.empty()) fail("--params-out {}: needs --params, the weights to convert", o.params_out);
   const std::map<std::string, ir::Shape> shapes = parse_shape_args(o.shapes);
+  const std::optional<ParamsFile> params =
+      o.params.empty() ? std::nullopt : std::optional<ParamsFile>(read_params_file(o.params));
   ir::Graph g = load_model_file(o.model);
+  const auto file_types = input_types_of_file(g);
   with_context("--shape", [&] { set_variable_shapes(g, shapes); });
   infer_types_naming_missing_shapes(g);
+  if (params) check_params_against_model(*params, g);
   const size_t op_nodes_before = g.nodes.size();
   engine::AmpStats stats;
   const ir::Graph converted = engine::convert_for_amp(std::move(g), *amp, &stats);
 
-  const std::string text = ir::export_mxnet_json(converted);
+  const std::string text = ir::export_mxnet_json(with_file_input_hints(converted, file_types));
   std::ofstream out(o.output, std::ios::binary);
   if (!out) fail("-o {}: cannot open the file for writing", o.output);
   out << text;
   out.close();
   if (!out) fail("-o {}: writing failed", o.output);
+  if (!o.params_out.empty())
+    with_context("--params-out", [&] {
+      runtime::write_mxnet_params(o.params_out, params_for_converted_model(*params, converted));
+    });
 
   if (o.json) {
     nlohmann::json j;
     j["model"] = o.model;
     j["output"] = o.output;
+    j["params_output"] = o.params_out.empty() ? nlohmann::json() : nlohmann::json(o.params_out);
     j["target"] = o.amp.amp;
     j["nodes_before"] = op_nodes_before;
     j["nodes_after"] = converted.nodes.size();
@@ -60,6 +103,7 @@ int run_convert(const ConvertOptions& o) {
     fmt::print("{}\n", j.dump(2));
   } else {
     fmt::print("{} -> {} ({})\n", o.model, o.output, o.amp.amp);
+    if (!o.params_out.empty()) fmt::print("params:  {} -> {}\n", o.params, o.params_out);
     fmt::print("casts:   {} inserted, {} removed by folding, {} in the result\n", stats.casts_inserted,
                stats.casts_removed, stats.casts_final);
     fmt::print("nodes:   {} in {}, {} in f32 ({} weights stored in {})\n", stats.lp16_nodes, o.amp.amp,
@@ -85,8 +129,15 @@ Command add_convert_command(CLI::App& parent) {
   cmd->add_option("-o,--output", o->output, "Where to write the converted symbol JSON")
       ->required()
       ->type_name("OUT.json");
+  cmd->add_option("--params", o->params,
+                  "The model's weights, an MXNet .params file: checked against the model (names, shapes, dtypes)")
+      ->type_name("FILE.params");
+  cmd->add_option("--params-out", o->params_out,
+                  "Write the weights for the converted model (needs --params): same names and order, weights stored "
+                  "in low precision (--cast-params-offline) cast, as MXNet's convert_model does")
+      ->type_name("OUT.params");
   cmd->add_flag("--json", o->json,
-                "Print one JSON object {model, output, target, nodes_before, nodes_after, casts_inserted, "
+                "Print one JSON object {model, output, params_output, target, nodes_before, nodes_after, casts_inserted, "
                 "casts_removed, casts_final, params_offline, lp16_nodes, fp32_nodes, op_classes}");
   cmd->footer("The steps: infer types, amp-convert, cast-fold, layout-optimize (--layout), dce (engine/lower.h).\n"
               "The result is MXNet 1.x symbol JSON, amp_cast / amp_multicast spelled as MXNet 1.9 loads them.");

@@ -3,6 +3,7 @@
 #include "ir/type_inference.h"
 #include "tools/commands.h"
 #include "tools/model_input.h"
+#include "tools/params_input.h"
 #include "tools/report.h"
 
 #include <memory>
@@ -14,11 +15,14 @@ namespace {
 struct InfoOptions {
   std::string model;
   std::vector<std::string> shapes;
+  std::string params;  // --params FILE.params
   bool json = false;
 };
 
 int run_info(const InfoOptions& o) {
   const std::map<std::string, ir::Shape> shapes = parse_shape_args(o.shapes);
+  const std::optional<ParamsFile> params =
+      o.params.empty() ? std::nullopt : std::optional<ParamsFile>(read_params_file(o.params));
   ir::Graph g = load_model_file(o.model);
   set_variable_shapes(g, shapes);
   std::string inference_error;
@@ -34,6 +38,11 @@ int run_info(const InfoOptions& o) {
     // Every input has a shape, so the model itself (or a --shape) is inconsistent.
     if (r.missing_shapes.empty()) throw Error(inference_error);
     r.inference_error = inference_error;
+  }
+  // The file against the variables inference typed (all of them once no shape is missing).
+  if (params) {
+    check_params_against_model(*params, g);
+    r.params_file = InfoReport::ParamsFile{params->path, params->list.arrays.size(), weights_without_values(*params, g)};
   }
   if (o.json) {
     fmt::print("{}\n", to_json(r).dump(2));
@@ -54,6 +63,10 @@ Command add_info_command(CLI::App& parent) {
                   "Shape of an input, NAME=D0,D1,... (repeatable); overrides the model's __shape__ hints")
       ->allow_extra_args(false)
       ->type_name("NAME=D0,D1,...");
+  cmd->add_option("--params", o->params,
+                  "Check an MXNet .params file against the model: every array names a variable ('arg:' and "
+                  "'aux:' dropped) of its shape and dtype; the report adds the weights it gives no value")
+      ->type_name("FILE.params");
   cmd->add_flag("--json", o->json,
                 "Print one JSON object {model, nodes, op_nodes, ops, inputs, params, outputs}. When an input "
                 "shape is missing, outputs is null, missing_shapes names the inputs to give, and the exit "

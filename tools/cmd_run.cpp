@@ -1,7 +1,8 @@
 // `ampfuse run [MODEL.json]`: runs a model (the embedded default one without MODEL) with
-// seeded random values for everything --inputs leaves unbound: converted for AMP when --amp
-// says so, planned into fused kernels and compiled (or op by op with --no-fuse, or on the
-// reference interpreter with --interpreter), timed against the f32 graph run unfused.
+// seeded random values for everything --inputs and --params leave unbound: converted for
+// AMP when --amp says so, planned into fused kernels and compiled (or op by op with
+// --no-fuse, or on the reference interpreter with --interpreter), timed against the f32
+// graph run unfused.
 #include "engine/lower.h"
 #include "engine/execution/executor.h"
 #include "ir/error.h"
@@ -11,6 +12,7 @@
 #include "tools/plan_args.h"
 #include "tools/commands.h"
 #include "tools/model_input.h"
+#include "tools/params_input.h"
 #include "tools/report.h"
 
 #include <algorithm>
@@ -28,6 +30,7 @@ struct RunOptions {
   std::string model;  // empty: the default model
   std::vector<std::string> shapes;
   std::vector<std::string> inputs;
+  std::string params;  // --params FILE.params
   std::string save_dir;
   uint64_t seed = 0;
   bool json = false;
@@ -157,7 +160,18 @@ int run_model(const RunOptions& o) {
   for (const auto& [name, path] : parse_input_args(o.inputs))
     given[name] = with_context(fmt::format("--inputs {}", name), [&] { return runtime::read_npy(path); });
 
+  const std::optional<ParamsFile> params =
+      o.params.empty() ? std::nullopt : std::optional<ParamsFile>(read_params_file(o.params));
+
   const ir::Graph g = load_model(o.model, shapes, given);
+  if (params) {
+    check_params_against_model(*params, g, given);
+    given.insert(params->by_variable.begin(), params->by_variable.end());
+    if (const std::vector<std::string> missing = weights_without_values(*params, g); !missing.empty())
+      fmt::print(stderr, "ampfuse: warning: {}: no array for {} weight{} of the model, which get{} random values: {}\n",
+                 params->path, missing.size(), missing.size() == 1 ? "" : "s", missing.size() == 1 ? "s" : "",
+                 fmt::join(missing, ", "));
+  }
   const runtime::Bindings vars = runtime::random_bindings(g, o.seed, given);
 
   RunReport r;
@@ -254,6 +268,10 @@ Command add_run_command(CLI::App& parent) {
                   "it also sets the variable's shape and dtype")
       ->allow_extra_args(false)
       ->type_name("NAME=FILE.npy");
+  cmd->add_option("--params", o->params,
+                  "The model's weights from an MXNet .params file (mx.nd.save, HybridBlock.export): each array "
+                  "binds the variable of its name, 'arg:' and 'aux:' dropped; shapes and dtypes must match")
+      ->type_name("FILE.params");
   cmd->add_option("--save-outputs", o->save_dir,
                   "Write each output to DIR/<output name>.npy (bf16 as float32), creating DIR")
       ->type_name("DIR");
@@ -278,7 +296,7 @@ Command add_run_command(CLI::App& parent) {
                 "nonfinite}], saved}; kernels, fused_ops, external_ops and views count the steps of every run, "
                 "constant_steps those computed from the weights alone on the first run; min, max and mean are over "
                 "finite elements");
-  cmd->footer("Variables without --inputs get seeded random values: inputs uniform in [-1, 1), weights\n"
+  cmd->footer("Variables without --inputs or --params get seeded random values: inputs uniform in [-1, 1), weights\n"
               "scaled by 1/sqrt(fan-in), BatchNorm variances in [0.5, 1.5), token ids below the vocabulary\n"
               "of the Embedding that reads them. The same seed gives the same values on every platform.");
   return {cmd, [o] { return run_model(*o); }};

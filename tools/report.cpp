@@ -94,6 +94,8 @@ nlohmann::json to_json(const InfoReport& r) {
   for (const NamedType& v : r.inputs) j["inputs"].push_back(named_type_json(v));
   j["params"] = {{"count", r.params}, {"aux", r.aux},
                  {"elements", r.weight_elements ? nlohmann::json(*r.weight_elements) : nlohmann::json()}};
+  if (r.params_file)
+    j["params_file"] = {{"path", r.params_file->path}, {"arrays", r.params_file->arrays}, {"unbound", r.params_file->unbound}};
   if (r.outputs) {
     j["outputs"] = nlohmann::json::array();
     for (const NamedType& v : *r.outputs) j["outputs"].push_back(named_type_json(v));
@@ -112,6 +114,9 @@ std::string to_text(const InfoReport& r) {
   for (const NamedType& v : r.inputs) out += fmt::format("  {:<{}}  {}\n", v.name, w, type_text(v.type));
   out += fmt::format("weights: {} params, {} aux states, {} elements\n", r.params, r.aux,
                      r.weight_elements ? fmt::format("{}", *r.weight_elements) : "unknown number of");
+  if (const auto& p = r.params_file)
+    out += fmt::format("params file: {}: {} arrays, {} weights without one{}{}\n", p->path, p->arrays, p->unbound.size(),
+                       p->unbound.empty() ? "" : ": ", fmt::join(p->unbound, ", "));
   if (r.outputs) {
     out += "outputs:\n";
     const size_t ow = name_width(*r.outputs);

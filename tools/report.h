@@ -39,6 +39,13 @@ struct InfoReport {
   std::optional<std::vector<NamedType>> outputs;  // nullopt: types could not be inferred
   std::vector<std::string> missing_shapes;  // inputs that need --shape
   std::string inference_error;              // why the outputs are unknown
+  // With --params: the file, its array count and the weights it gives no value.
+  struct ParamsFile {
+    std::string path;
+    size_t arrays = 0;
+    std::vector<std::string> unbound;
+  };
+  std::optional<ParamsFile> params_file;
 };
 // `g` after (attempted) type inference.
 InfoReport make_info_report(const ir::Graph& g, std::string model);

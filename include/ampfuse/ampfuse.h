@@ -5,7 +5,8 @@
 //             ir::infer_types
 //   AMP       engine::convert_for_amp and its options
 //   running   engine::Executable (plan, compile, run), runtime::interpret (the reference)
-//   tensors   runtime::Tensor (own memory, or a framework's wrapped without a copy), .npy I/O
+//   tensors   runtime::Tensor (own memory, or a framework's wrapped without a copy), .npy I/O,
+//             MXNet .params files (runtime::read_mxnet_params, write_mxnet_params)
 //   training  engine::Block (hybridize), AMP scopes, engine::LossScaler
 //   errors    ampfuse::Error, the exception ampfuse throws for anything it cannot do
 //
@@ -28,6 +29,7 @@
 
 #include "engine/execution/executor.h"
 #include "runtime/interpreter.h"
+#include "runtime/mxnet_params.h"
 #include "runtime/npy.h"
 #include "runtime/tensor.h"
 
