@@ -51,7 +51,8 @@ void upgrade_mxnet_hidden_keys(Graph& g) {
       if (!g.nodes[i].is_var()) {
         if (auto prefixed = split_prefixed(key)) {
           const int32_t var = variable_of_slot(g, g.nodes[i], prefixed->first);
-          if (var >= 0) g.nodes[var].hints.emplace(dunder(prefixed->second), value);
+          // The op's word wins over the variable's own, as in MXNet's loader.
+          if (var >= 0) g.nodes[var].hints.insert_or_assign(dunder(prefixed->second), value);
           continue;
         }
       }

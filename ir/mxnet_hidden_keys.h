@@ -18,8 +18,8 @@ inline constexpr std::array<std::string_view, 6> kMxnetHiddenKeys = {
 // MXNet 1.9 accepts the exported file (it refuses a key it does not know on an op):
 //  - a bare key becomes "__key__" on the same node ("ctx_group" -> "__ctx_group__");
 //  - "<input>_<key>" on an op node moves to the variable that feeds the op's slot named
-//    <input> (through casts AMP put in between), as "__key__" unless that variable has its
-//    own; with no such variable it is dropped, as MXNet drops it;
+//    <input> (through casts AMP put in between), as "__key__", replacing the variable's own
+//    as MXNet's loader does; with no such variable it is dropped, as MXNet drops it;
 //  - on a variable, "<input>_<key>" stays as it is (MXNet keeps it; a variable takes any key).
 // Hints already spelled "__key__" are left alone, so applying this twice changes nothing.
 void upgrade_mxnet_hidden_keys(Graph& g);

@@ -352,7 +352,7 @@ TEST(MxnetExport, WritesTheMxnet19Format) {
 TEST(MxnetExport, PreOneZeroSymbolAttributesAreWrittenAsMxnetSavesThem) {
   Graph g = ir::parse_graph(R"(graph {
     %data = var input : f32[2,3]
-    %fc_weight = var param : f32[4,3]
+    %fc_weight = var param hints={"lr_mult":"0.5"} : f32[4,3]
     %fc_bias = var param hints={"bias_lr_mult":"3"} : f32[4]
     %w16 = amp_cast(%fc_weight) {dtype=f16}
     %d16 = amp_cast(%data) {dtype=f16}
@@ -361,7 +361,10 @@ TEST(MxnetExport, PreOneZeroSymbolAttributesAreWrittenAsMxnetSavesThem) {
     return %fc
   })");
   const json j = json::parse(export_mxnet_json(g));
-  EXPECT_EQ(j["nodes"][1]["attrs"]["__lr_mult__"], "1.2");  // the weight, behind its cast
+  // The weight, behind its cast; the op's weight_lr_mult replaces the weight's own lr_mult,
+  // as MXNet 1.9.1's loader does.
+  EXPECT_EQ(j["nodes"][1]["attrs"]["__lr_mult__"], "1.2");
+  EXPECT_FALSE(j["nodes"][1]["attrs"].contains("lr_mult"));
   EXPECT_EQ(j["nodes"][0]["attrs"]["__wd_mult__"], "0");    // data_wd_mult: input "data"
   // On a variable MXNet keeps the prefixed key as it is.
   EXPECT_EQ(j["nodes"][2]["attrs"]["bias_lr_mult"], "3");

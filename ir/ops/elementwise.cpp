@@ -20,8 +20,11 @@
 //             spelling, so they take its class.
 //   cond_fp32 Activation act_type=softrelu; LeakyReLU act_type in {elu, selu} (both
 //             targets); otherwise neutral.
-// amp_cast is in neither bf16 list (commented out there); it is a cast, which the AMP pass
-// never reclassifies, so its class only matters to a user's override.
+// amp_cast is in neither bf16 list (commented out there), and neutral for fp16. Casts (Cast,
+// amp_cast) keep their class for the policy's lists, but the AMP pass lets a cast read its
+// input in whatever type that has become: where MXNet's bf16 pass puts an amp_cast to f32
+// before a Cast of a bf16 value, ampfuse casts directly, which gives the same values (bf16
+// to f32 is exact).
 //
 // Deliberate differences from MXNet 1.x, all within one rounding of the f32 result:
 //  - the scalar of *_scalar ops and clip's bounds are used in the compute type (f32/f64),
