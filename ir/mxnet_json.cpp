@@ -9,6 +9,7 @@
 #include "ir/mxnet_json.h"
 
 #include "ir/error.h"
+#include "ir/mxnet_hidden_keys.h"
 #include "ir/mxnet_type_flags.h"
 #include "ir/op_registry.h"
 #include "ir/type_inference.h"
@@ -37,8 +38,7 @@ constexpr int64_t kFirstVersionWithAuxInputs = 900;
 // list ("hidden keys"), also as a suffix: weight_lr_mult is the lr_mult of input "weight".
 bool is_symbol_attribute(std::string_view key) {
   if (key.starts_with("__")) return true;
-  for (std::string_view hidden :
-       {"ctx_group", "lr_mult", "wd_mult", "force_mirroring", "mirror_stage", "profiler_scope"}) {
+  for (std::string_view hidden : kMxnetHiddenKeys) {
     if (key == hidden) return true;
     if (key.size() > hidden.size() + 1 && key.ends_with(hidden) && key[key.size() - hidden.size() - 1] == '_')
       return true;
@@ -100,6 +100,7 @@ class Importer {
     for (size_t i = 0; i < nodes->size(); ++i) read_node(i, (*nodes)[i]);
     read_heads(root);
     check_arg_nodes(root);
+    upgrade_mxnet_hidden_keys(g_);  // as MXNet's loader: "ctx_group" -> "__ctx_group__"
     check_unique_variable_names();
     assign_roles();
     type_variables();

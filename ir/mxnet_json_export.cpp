@@ -1,5 +1,6 @@
 // MXNet symbol JSON export: the 1.x format MXNet 1.9 writes and loads.
 #include "ir/error.h"
+#include "ir/mxnet_hidden_keys.h"
 #include "ir/mxnet_json.h"
 #include "ir/mxnet_type_flags.h"
 #include "ir/op_registry.h"
@@ -41,8 +42,12 @@ int output_count(const Node& n, const OpRegistry& registry) {
 
 }  // namespace
 
-std::string export_mxnet_json(const Graph& g) {
+std::string export_mxnet_json(const Graph& graph) {
   const OpRegistry& registry = OpRegistry::global();
+  // Hints from a graph built elsewhere (text IR, GraphBuilder) may still spell symbol
+  // attributes the pre-1.0 way, which MXNet 1.9 refuses on an op: write them as it would.
+  Graph g = graph;
+  upgrade_mxnet_hidden_keys(g);
   ordered_json nodes = ordered_json::array();
   ordered_json arg_nodes = ordered_json::array();
   ordered_json row_ptr = ordered_json::array({0});

@@ -1,6 +1,7 @@
 // MXNet symbol JSON: import of every format version, its error messages, export, and the
 // real model graphs of models/.
 #include "ir/mxnet_json.h"
+#include "ir/text_format.h"
 #include "test_util.h"
 
 #include <gtest/gtest.h>
@@ -43,12 +44,15 @@ TEST(MxnetImport, LegacyParamAndAttrAreMerged) {
   EXPECT_EQ(fc.attrs.get_int("num_hidden"), 4);
   EXPECT_FALSE(fc.attrs.get_bool("no_bias"));
   EXPECT_TRUE(fc.attrs.get_bool("flatten"));  // the default, filled in
-  EXPECT_EQ(fc.hints, (std::map<std::string, std::string>{{"ctx_group", "stage1"}, {"weight_lr_mult", "1.2"}}));
+  // Symbol attributes as MXNet 1.9.1 loads (and re-saves) them: bare keys become "__key__";
+  // the op's weight_lr_mult becomes its weight variable's __lr_mult__.
+  EXPECT_EQ(fc.hints, (std::map<std::string, std::string>{{"__ctx_group__", "stage1"}}));
+  EXPECT_EQ(g.nodes[1].hints, (std::map<std::string, std::string>{{"__lr_mult__", "1.2"}, {"__wd_mult__", "0.3"}}));
   EXPECT_EQ(fc.inputs, (std::vector<ValueRef>{{0, 0}, {1, 0}, {2, 0}}));
 
   const Node& data = g.nodes[0];
   EXPECT_TRUE(data.is_var());
-  EXPECT_EQ(data.hints, (std::map<std::string, std::string>{{"ctx_group", "stage1"}, {"lr_mult", "0.2"}}));
+  EXPECT_EQ(data.hints, (std::map<std::string, std::string>{{"__ctx_group__", "stage1"}, {"__lr_mult__", "0.2"}}));
 
   // As MXNet's upgrader does: "<node>_<slot>" variables just before their consumer, which
   // carry the node's attribute map.
@@ -62,7 +66,7 @@ TEST(MxnetImport, LegacyParamAndAttrAreMerged) {
   EXPECT_DOUBLE_EQ(bn.attrs.get_float("eps"), 0.001);
   EXPECT_EQ(g.nodes[9].op, "Activation");
   EXPECT_EQ(g.nodes[9].inputs, (std::vector<ValueRef>{{8, 0}}));
-  EXPECT_EQ(g.nodes[9].hints, (std::map<std::string, std::string>{{"ctx_group", "stage2"}}));
+  EXPECT_EQ(g.nodes[9].hints, (std::map<std::string, std::string>{{"__ctx_group__", "stage2"}}));
   EXPECT_EQ(g.outputs, (std::vector<ValueRef>{{9, 0}}));
 
   // No input shape: nothing to infer from, so nothing is typed.
@@ -107,7 +111,7 @@ TEST(MxnetImport, AttrMapSplitsIntoParametersAndHints) {
   const Node& fc = g.nodes[2];
   EXPECT_TRUE(fc.attrs.get_bool("no_bias"));
   EXPECT_EQ(fc.attrs.get_int("num_hidden"), 2);
-  EXPECT_EQ(fc.hints, (std::map<std::string, std::string>{{"__layout__", "NC"}, {"lr_mult", "0.5"}}));
+  EXPECT_EQ(fc.hints, (std::map<std::string, std::string>{{"__layout__", "NC"}, {"__lr_mult__", "0.5"}}));
   // A variable has no op parameters: whatever it carries is a hint.
   EXPECT_EQ(g.nodes[1].hints, (std::map<std::string, std::string>{{"num_hidden", "2"}}));
   EXPECT_EQ(g.nodes[4].inputs, (std::vector<ValueRef>{{3, 0}, {3, 1}}));
@@ -324,9 +328,12 @@ TEST(MxnetExport, WritesTheMxnet19Format) {
   EXPECT_EQ(j.at("attrs"), json::parse(R"js({"mxnet_version": ["int", 10900]})js"));
   ASSERT_EQ(j.at("nodes").size(), 10u);
   EXPECT_EQ(j["nodes"][0], json::parse(R"js({"op": "null", "name": "data", "inputs": [],
-      "attrs": {"__dtype__": "0", "__shape__": "(2, 3)", "ctx_group": "stage1", "lr_mult": "0.2"}})js"));
-  EXPECT_EQ(j["nodes"][3]["attrs"], json::parse(R"js({"ctx_group": "stage1", "flatten": "True", "no_bias": "False",
-      "num_hidden": "4", "weight_lr_mult": "1.2"})js"));
+      "attrs": {"__ctx_group__": "stage1", "__dtype__": "0", "__lr_mult__": "0.2", "__shape__": "(2, 3)"}})js"));
+  // As MXNet 1.9.1 re-saves the file: no pre-1.0 key left on an op, which MXNet would refuse.
+  EXPECT_EQ(j["nodes"][1]["attrs"], json::parse(R"js({"__dtype__": "0", "__lr_mult__": "1.2", "__shape__": "(4, 3)",
+      "__wd_mult__": "0.3"})js"));
+  EXPECT_EQ(j["nodes"][3]["attrs"], json::parse(R"js({"__ctx_group__": "stage1", "flatten": "True", "no_bias": "False",
+      "num_hidden": "4"})js"));
   EXPECT_EQ(j["nodes"][8]["inputs"], json::parse("[[3, 0, 0], [4, 0, 0], [5, 0, 0], [6, 0, 0], [7, 0, 0]]"));
   EXPECT_EQ(j["nodes"][8]["attrs"]["eps"], "0.001");
   EXPECT_EQ(j["nodes"][8]["attrs"]["fix_gamma"], "True");
@@ -338,6 +345,35 @@ TEST(MxnetExport, WritesTheMxnet19Format) {
     const json attrs = node.value("attrs", json::object());
     for (const auto& [key, value] : attrs.items()) EXPECT_TRUE(value.is_string()) << node["name"] << " " << key;
   }
+}
+
+// A graph built elsewhere may hold the pre-1.0 spellings in its hints: export writes them
+// as MXNet would, through the casts AMP put between a weight and its op.
+TEST(MxnetExport, PreOneZeroSymbolAttributesAreWrittenAsMxnetSavesThem) {
+  Graph g = ir::parse_graph(R"(graph {
+    %data = var input : f32[2,3]
+    %fc_weight = var param hints={"lr_mult":"0.5"} : f32[4,3]
+    %fc_bias = var param hints={"bias_lr_mult":"3"} : f32[4]
+    %w16 = amp_cast(%fc_weight) {dtype=f16}
+    %d16 = amp_cast(%data) {dtype=f16}
+    %b16 = amp_cast(%fc_bias) {dtype=f16}
+    %fc = FullyConnected(%d16, %w16, %b16) {num_hidden=4} hints={"ctx_group":"dev1","weight_lr_mult":"1.2","data_wd_mult":"0","nothing_lr_mult":"5"}
+    return %fc
+  })");
+  const json j = json::parse(export_mxnet_json(g));
+  // The weight, behind its cast; the op's weight_lr_mult replaces the weight's own lr_mult,
+  // as MXNet 1.9.1's loader does.
+  EXPECT_EQ(j["nodes"][1]["attrs"]["__lr_mult__"], "1.2");
+  EXPECT_FALSE(j["nodes"][1]["attrs"].contains("lr_mult"));
+  EXPECT_EQ(j["nodes"][0]["attrs"]["__wd_mult__"], "0");    // data_wd_mult: input "data"
+  // On a variable MXNet keeps the prefixed key as it is.
+  EXPECT_EQ(j["nodes"][2]["attrs"]["bias_lr_mult"], "3");
+  EXPECT_FALSE(j["nodes"][2]["attrs"].contains("__lr_mult__"));
+  // The op keeps its parameters and the renamed key only; "nothing" names no input: dropped.
+  EXPECT_EQ(j["nodes"][6]["attrs"], json::parse(R"js({"__ctx_group__": "dev1", "flatten": "True", "no_bias": "False",
+      "num_hidden": "4"})js"));
+  // Applying it again changes nothing: the re-imported graph exports the same text.
+  EXPECT_EQ(export_mxnet_json(reimport(g)), export_mxnet_json(g));
 }
 
 TEST(MxnetExport, NodeRowPtrCountsEveryOutput) {

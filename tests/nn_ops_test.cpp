@@ -269,9 +269,17 @@ TEST(NnOpsInfer, SoftmaxFamilyNormsAndEmbedding) {
 
 TEST(NnOpsInfer, AmpClassesAndParamRoles) {
   const ir::OpRegistry& reg = ir::OpRegistry::global();
-  for (const char* op : {"Convolution", "Deconvolution", "FullyConnected", "RNN", "dot", "batch_dot"}) {
-    EXPECT_EQ(reg.get(op).amp_class(DType::bf16), ir::AmpClass::lowp) << op;
+  // MXNet 1.9.1's lists: fp16 runs these four low, bf16 only Convolution and FullyConnected
+  // (Deconvolution and RNN are fp32 there); dot and batch_dot are widest for both.
+  for (const char* op : {"Convolution", "Deconvolution", "FullyConnected", "RNN"})
     EXPECT_EQ(reg.get(op).amp_class(DType::f16), ir::AmpClass::lowp) << op;
+  for (const char* op : {"Convolution", "FullyConnected"})
+    EXPECT_EQ(reg.get(op).amp_class(DType::bf16), ir::AmpClass::lowp) << op;
+  for (const char* op : {"Deconvolution", "RNN", "Embedding"})
+    EXPECT_EQ(reg.get(op).amp_class(DType::bf16), ir::AmpClass::fp32) << op;
+  for (const char* op : {"dot", "batch_dot"}) {
+    EXPECT_EQ(reg.get(op).amp_class(DType::bf16), ir::AmpClass::widest) << op;
+    EXPECT_EQ(reg.get(op).amp_class(DType::f16), ir::AmpClass::widest) << op;
   }
   for (const char* op : {"softmax", "log_softmax", "SoftmaxOutput", "LayerNorm", "Custom"})
     EXPECT_EQ(reg.get(op).amp_class(DType::bf16), ir::AmpClass::fp32) << op;

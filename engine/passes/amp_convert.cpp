@@ -142,13 +142,16 @@ class Converter {
     return orig(n.inputs[k]);
   }
 
-  // Zeros, ones and f32-exact fills come out of a source op in any type exactly, so the op
-  // makes the type its readers want instead of being cast (a cast would also hide the
-  // shape that a legacy _zeros with 0 extents leaves to its consumer to decide).
+  // A source op of the low-precision class (_zeros, _ones, _full moved there by the user:
+  // MXNet's lists have them neutral for fp16 and fp32 for bf16, so by default they make f32
+  // and are cast) has no inputs to read low, so running it low means making its value in
+  // the type its readers want. Only exact values are made so (zeros, ones, f32-exact fills),
+  // so that a reader in f32 and a reader in low precision see the same number.
   bool exact_source(int32_t i) const {
     const ir::Node& n = g_.nodes[i];
     if (n.is_var() || !n.inputs.empty() || !n.attrs.has("dtype") || !castable(n.outputs.at(0).dtype)) return false;
     if (ir::OpRegistry::global().get(n.op).kind != ir::OpKind::source) return false;
+    if (policy_.node_class(n) != AmpClass::lowp) return false;
     if (!n.attrs.has("value")) return true;
     const double v = n.attrs.get_float("value");
     return static_cast<double>(static_cast<float>(v)) == v || std::isnan(v);
@@ -187,6 +190,17 @@ class Converter {
     return fmt::format("{}_amp_cast_{}", base, ir::mxnet_dtype_name(to));
   }
 
+  // A legacy source op (an RNN's begin state, _zeros shape=(2, 0, 200)) leaves extents of 0
+  // to its consumer to decide; type inference fills them in from the consumer. A cast in
+  // between would hide the consumer, so the source being cast gets the inferred shape
+  // written into its `shape` attribute (the converted graph has fixed shapes anyway).
+  static void write_in_inferred_shape(ir::Node& producer, const ir::Shape& inferred) {
+    if (producer.is_var() || ir::OpRegistry::global().get(producer.op).kind != ir::OpKind::source) return;
+    if (!producer.attrs.has("shape")) return;
+    const auto& given = producer.attrs.get_ints("shape");
+    if (given.empty() || std::find(given.begin(), given.end(), 0) != given.end()) producer.attrs.set("shape", inferred);
+  }
+
   // Old value v in type `to` in the new graph: itself, or its one cast to that type.
   ValueRef in_type(GraphRebuilder& rb, ValueRef v, DType to, int* inserted) {
     const ValueRef now = rb.map(v);
@@ -201,6 +215,7 @@ class Converter {
       it->second = {rb.emit(std::move(made)), 0};
       return it->second;
     }
+    write_in_inferred_shape(rb.out().nodes[now.node], g_.type(v).shape);
     const ir::OpDef& def = ir::OpRegistry::global().get("amp_cast");
     ir::Node cast;
     cast.op = "amp_cast";

@@ -21,9 +21,10 @@ namespace ampfuse::engine {
 // tensor's consumers. Every (tensor, dtype) pair gets at most one cast, however many
 // consumers share it (fan-out, shared weights, unrolled recurrent steps). Graph outputs keep
 // their original types. With `cast_params_offline`, a param every consumer reads in low
-// precision is stored in it instead (its variable's type changes, no cast). Source ops that
-// make a value exactly in any type (_zeros, _ones, _full of an f32 value) are made in the
-// type their readers want instead of being cast. Types of the result are inferred and
+// precision is stored in it instead (its variable's type changes, no cast). Source ops of the
+// low-precision class (only by a user's override: MXNet's lists have _zeros, _ones and
+// _full neutral for fp16, fp32 for bf16) that make a value exactly in any type (zeros,
+// ones, an f32-exact fill) are made in the type their readers want instead of being cast. Types of the result are inferred and
 // checked. Returns the number of casts inserted.
 int amp_convert(ir::Graph& g, const AmpOptions& opts);
 

@@ -1,22 +1,30 @@
 // Elementwise ops: attribute schemas, type inference, AMP classes and the scalar recipe that
 // is each op's one definition of its math (docs/design.md, "Semantics").
 //
-// AMP classes (fp16 / bf16), from MXNet's symbol_fp16.py and symbol_bf16.py lists
-// (docs/mxnet_amp_facts.md). MXNet's bf16 list marks most neutral ops fp32 only because
-// its CPU kernels lacked bf16; ampfuse has kernels for every dtype, so bf16 uses the fp16
-// classes except where the numerics differ (marked *).
-//   neutral   relu sigmoid tanh softsign erf clip abs sign sqrt negative floor ceil trunc fix
-//             logical_not, Activation (but softrelu), Dropout, Cast/cast, amp_cast, BlockGrad,
-//             stop_gradient, identity, _copy, zeros_like, ones_like, the *_scalar ops except
-//             those below; square (bf16 only*: bf16 has f32's range, so squaring cannot
-//             overflow where f32 would not; MXNet's bf16 list agrees).
-//   fp32      exp log log1p expm1 rsqrt reciprocal square(fp16) _power broadcast_power
-//             _power_scalar _rpower_scalar _rdiv_scalar.
-//   widest    elemwise_add/sub/mul/div, broadcast_* arithmetic, comparisons and logical ops,
-//             _maximum _minimum maximum minimum, _equal etc., add_n/ElementWiseSum, where.
-//             (maximum/minimum are not in MXNet's lists: they are _maximum's numpy spelling.)
-//   cond_fp32 Activation act_type=softrelu; LeakyReLU act_type in {elu, selu} (fp16) and
-//             {selu} (bf16*, as MXNet master); otherwise neutral.
+// AMP classes (fp16 / bf16), each target from its own MXNet 1.9.1 list (symbol_fp16.py,
+// symbol_bf16.py; tests/amp_lists_test.cpp checks every listed op against
+// tests/data/mxnet_amp_lists.txt). MXNet's bf16 list puts most "neutral" ops in FP32_FUNCS
+// because its 1.9.1 CPU kernels lack bf16 versions of them; ampfuse follows it anyway, so
+// that a converted bf16 graph runs op for op as MXNet's does and loads in MXNet.
+//   neutral both  relu tanh abs sqrt clip, Activation (but softrelu), amp_cast
+//   neutral / fp32  sigmoid softsign erf sign negative floor ceil trunc fix logical_not,
+//             Dropout, Cast/cast, BlockGrad/stop_gradient, identity/_copy, zeros_like,
+//             ones_like, every *_scalar op but the fp32 ones below
+//   fp32 / neutral  square (bf16 has f32's range: squaring overflows no sooner than f32)
+//   fp32 both exp log log1p expm1 rsqrt reciprocal _power broadcast_power _power_scalar
+//             _rpower_scalar _rdiv_scalar
+//   widest / fp32  broadcast_mul (MXNet's bf16 list has it in FP32_FUNCS)
+//   widest both  elemwise_add/sub/mul/div, the other broadcast_* arithmetic, comparisons
+//             and logical ops, _maximum _minimum, _equal etc., add_n/ElementWiseSum, where;
+//             maximum/minimum, which neither list names: they are _maximum/_minimum's numpy
+//             spelling, so they take its class.
+//   cond_fp32 Activation act_type=softrelu; LeakyReLU act_type in {elu, selu} (both
+//             targets); otherwise neutral.
+// amp_cast is in neither bf16 list (commented out there), and neutral for fp16. Casts (Cast,
+// amp_cast) keep their class for the policy's lists, but the AMP pass lets a cast read its
+// input in whatever type that has become: where MXNet's bf16 pass puts an amp_cast to f32
+// before a Cast of a bf16 value, ampfuse casts directly, which gives the same values (bf16
+// to f32 is exact).
 //
 // Deliberate differences from MXNet 1.x, all within one rounding of the f32 result:
 //  - the scalar of *_scalar ops and clip's bounds are used in the compute type (f32/f64),
@@ -95,6 +103,8 @@ struct Amp {
 constexpr Amp kNeutral{AmpClass::neutral, AmpClass::neutral};
 constexpr Amp kFp32{AmpClass::fp32, AmpClass::fp32};
 constexpr Amp kWidest{AmpClass::widest, AmpClass::widest};
+// Neutral for fp16, fp32 for bf16 (MXNet's bf16 FP32_FUNCS).
+constexpr Amp kFp32InBf16{AmpClass::neutral, AmpClass::fp32};
 
 // Functions, not globals: the registry may be built during another file's static init.
 std::vector<InputSlot> data_slot() { return {{"data"}}; }
@@ -150,19 +160,19 @@ void register_unary(OpRegistry& r) {
   };
   const Unary ops[] = {
       {"relu", relu, kNeutral},
-      {"sigmoid", sigmoid, kNeutral},
+      {"sigmoid", sigmoid, kFp32InBf16},
       {"tanh", tanh_of, kNeutral},
-      {"softsign", softsign, kNeutral},
-      {"erf", [](ScalarBuilder& b, Val x) { return b.unary(ScalarOp::erf, x); }, kNeutral},
+      {"softsign", softsign, kFp32InBf16},
+      {"erf", [](ScalarBuilder& b, Val x) { return b.unary(ScalarOp::erf, x); }, kFp32InBf16},
       {"abs", [](ScalarBuilder& b, Val x) { return b.unary(ScalarOp::abs, x); }, kNeutral},
-      {"sign", [](ScalarBuilder& b, Val x) { return b.unary(ScalarOp::sign, x); }, kNeutral},
+      {"sign", [](ScalarBuilder& b, Val x) { return b.unary(ScalarOp::sign, x); }, kFp32InBf16},
       {"sqrt", [](ScalarBuilder& b, Val x) { return b.unary(ScalarOp::sqrt, x); }, kNeutral},
-      {"negative", [](ScalarBuilder& b, Val x) { return b.unary(ScalarOp::neg, x); }, kNeutral},
-      {"floor", [](ScalarBuilder& b, Val x) { return b.unary(ScalarOp::floor, x); }, kNeutral},
-      {"ceil", [](ScalarBuilder& b, Val x) { return b.unary(ScalarOp::ceil, x); }, kNeutral},
-      {"trunc", [](ScalarBuilder& b, Val x) { return b.unary(ScalarOp::trunc, x); }, kNeutral},
-      {"fix", [](ScalarBuilder& b, Val x) { return b.unary(ScalarOp::trunc, x); }, kNeutral},
-      {"logical_not", [](ScalarBuilder& b, Val x) { return b.binary(ScalarOp::eq, x, b.constant(0)); }, kNeutral},
+      {"negative", [](ScalarBuilder& b, Val x) { return b.unary(ScalarOp::neg, x); }, kFp32InBf16},
+      {"floor", [](ScalarBuilder& b, Val x) { return b.unary(ScalarOp::floor, x); }, kFp32InBf16},
+      {"ceil", [](ScalarBuilder& b, Val x) { return b.unary(ScalarOp::ceil, x); }, kFp32InBf16},
+      {"trunc", [](ScalarBuilder& b, Val x) { return b.unary(ScalarOp::trunc, x); }, kFp32InBf16},
+      {"fix", [](ScalarBuilder& b, Val x) { return b.unary(ScalarOp::trunc, x); }, kFp32InBf16},
+      {"logical_not", [](ScalarBuilder& b, Val x) { return b.binary(ScalarOp::eq, x, b.constant(0)); }, kFp32InBf16},
       {"exp", [](ScalarBuilder& b, Val x) { return b.unary(ScalarOp::exp, x); }, kFp32},
       {"log", [](ScalarBuilder& b, Val x) { return b.unary(ScalarOp::log, x); }, kFp32},
       {"log1p", [](ScalarBuilder& b, Val x) { return b.unary(ScalarOp::log1p, x); }, kFp32},
@@ -170,8 +180,8 @@ void register_unary(OpRegistry& r) {
       {"rsqrt", [](ScalarBuilder& b, Val x) { return b.unary(ScalarOp::rsqrt, x); }, kFp32},
       {"reciprocal", [](ScalarBuilder& b, Val x) { return b.div(b.constant(1), x); }, kFp32},
       {"square", [](ScalarBuilder& b, Val x) { return b.mul(x, x); }, {AmpClass::fp32, AmpClass::neutral}},
-      {"identity", [](ScalarBuilder&, Val x) { return x; }, kNeutral, "_copy"},
-      {"BlockGrad", [](ScalarBuilder&, Val x) { return x; }, kNeutral, "stop_gradient"},
+      {"identity", [](ScalarBuilder&, Val x) { return x; }, kFp32InBf16, "_copy"},
+      {"BlockGrad", [](ScalarBuilder&, Val x) { return x; }, kFp32InBf16, "stop_gradient"},
   };
   for (const Unary& u : ops) {
     OpDef d = elementwise_op(u.name, data_slot(), u.amp);
@@ -183,7 +193,7 @@ void register_unary(OpRegistry& r) {
 
   // zeros_like/ones_like take only the input's type: the recipe never loads the input.
   for (auto [name, value] : {std::pair{"zeros_like", 0.0}, std::pair{"ones_like", 1.0}}) {
-    OpDef d = elementwise_op(name, data_slot(), kNeutral);
+    OpDef d = elementwise_op(name, data_slot(), kFp32InBf16);
     d.infer = infer_like_input;
     d.recipe = [value](ScalarBuilder& b, const Attrs&) -> std::vector<Val> { return {b.constant(value)}; };
     r.add(std::move(d));
@@ -253,7 +263,7 @@ void register_binary(OpRegistry& r) {
   const Binary broadcasting[] = {
       {"broadcast_add", add, kWidest, "broadcast_plus"},
       {"broadcast_sub", sub, kWidest, "broadcast_minus"},
-      {"broadcast_mul", mul, kWidest},
+      {"broadcast_mul", mul, {AmpClass::widest, AmpClass::fp32}},
       {"broadcast_div", div, kWidest},
       {"broadcast_power", power, kFp32},
       {"broadcast_maximum", maximum, kWidest},
@@ -284,25 +294,25 @@ void register_binary(OpRegistry& r) {
 void register_scalar_ops(OpRegistry& r) {
   // f(x, s) with s the `scalar` attribute; the r* forms swap the operands.
   const Binary ops[] = {
-      {"_plus_scalar", add, kNeutral},
-      {"_minus_scalar", sub, kNeutral},
-      {"_rminus_scalar", [](ScalarBuilder& b, Val x, Val s) { return b.sub(s, x); }, kNeutral},
-      {"_mul_scalar", mul, kNeutral},
-      {"_div_scalar", div, kNeutral},
+      {"_plus_scalar", add, kFp32InBf16},
+      {"_minus_scalar", sub, kFp32InBf16},
+      {"_rminus_scalar", [](ScalarBuilder& b, Val x, Val s) { return b.sub(s, x); }, kFp32InBf16},
+      {"_mul_scalar", mul, kFp32InBf16},
+      {"_div_scalar", div, kFp32InBf16},
       {"_rdiv_scalar", [](ScalarBuilder& b, Val x, Val s) { return b.div(s, x); }, kFp32},
       {"_power_scalar", power, kFp32},
       {"_rpower_scalar", [](ScalarBuilder& b, Val x, Val s) { return power(b, s, x); }, kFp32},
-      {"_maximum_scalar", maximum, kNeutral},
-      {"_minimum_scalar", minimum, kNeutral},
-      {"_equal_scalar", equal, kNeutral},
-      {"_not_equal_scalar", not_equal, kNeutral},
-      {"_greater_scalar", greater, kNeutral},
-      {"_greater_equal_scalar", greater_equal, kNeutral},
-      {"_lesser_scalar", lesser, kNeutral},
-      {"_lesser_equal_scalar", lesser_equal, kNeutral},
-      {"_logical_and_scalar", logical_and, kNeutral},
-      {"_logical_or_scalar", logical_or, kNeutral},
-      {"_logical_xor_scalar", logical_xor, kNeutral},
+      {"_maximum_scalar", maximum, kFp32InBf16},
+      {"_minimum_scalar", minimum, kFp32InBf16},
+      {"_equal_scalar", equal, kFp32InBf16},
+      {"_not_equal_scalar", not_equal, kFp32InBf16},
+      {"_greater_scalar", greater, kFp32InBf16},
+      {"_greater_equal_scalar", greater_equal, kFp32InBf16},
+      {"_lesser_scalar", lesser, kFp32InBf16},
+      {"_lesser_equal_scalar", lesser_equal, kFp32InBf16},
+      {"_logical_and_scalar", logical_and, kFp32InBf16},
+      {"_logical_or_scalar", logical_or, kFp32InBf16},
+      {"_logical_xor_scalar", logical_xor, kFp32InBf16},
   };
   for (const Binary& op : ops) {
     OpDef d = elementwise_op(op.name, data_slot(), op.amp);
@@ -347,8 +357,7 @@ void register_activations(OpRegistry& r) {
       attr_with_default("lower_bound", AttrKind::Float, 0.125),
       attr_with_default("upper_bound", AttrKind::Float, 0.334),
   };
-  leaky_relu.cond_fp32_fp16 = CondFp32{"act_type", {"elu", "selu"}, AmpClass::neutral};
-  leaky_relu.cond_fp32_bf16 = CondFp32{"act_type", {"selu"}, AmpClass::neutral};
+  leaky_relu.cond_fp32_fp16 = leaky_relu.cond_fp32_bf16 = CondFp32{"act_type", {"elu", "selu"}, AmpClass::neutral};
   leaky_relu.num_inputs = [](const Attrs& a) { return a.get_string("act_type") == "prelu" ? 2 : 1; };
   leaky_relu.infer = [](InferContext& c) {
     const TensorType& data = c.in(0);
@@ -389,7 +398,7 @@ void register_activations(OpRegistry& r) {
 }
 
 void register_casts(OpRegistry& r) {
-  OpDef cast = elementwise_op("Cast", data_slot(), kNeutral);
+  OpDef cast = elementwise_op("Cast", data_slot(), kFp32InBf16);
   cast.attrs = {required_attr("dtype", AttrKind::DType)};
   cast.infer = [](InferContext& c) { c.outputs[0] = TensorType{c.attrs.get_dtype("dtype"), c.in(0).shape}; };
   cast.recipe = identity_recipe();  // the store to the output dtype is the conversion
@@ -452,7 +461,7 @@ void register_misc(OpRegistry& r) {
   add_n.aliases = {"ElementWiseSum"};
   r.add(std::move(add_n));
 
-  OpDef dropout = elementwise_op("Dropout", data_slot(), kNeutral);
+  OpDef dropout = elementwise_op("Dropout", data_slot(), kFp32InBf16);
   dropout.attrs = {
       attr_with_default("p", AttrKind::Float, 0.5),
       attr_with_default("mode", AttrKind::String, std::string("training"), {"training", "always"}),

@@ -47,7 +47,10 @@ OpDef convolution_def(bool deconv) {
     if (ctx.inputs.size() > 2) fill_float_input(ctx, 2, "bias", {in.dtype, {g.out_channels}});
     ctx.outputs[0] = TensorType{in.dtype, g.output_shape()};
   };
-  d.amp_bf16 = d.amp_fp16 = AmpClass::lowp;
+  // MXNet 1.9.1: both in the fp16 list's FP16_FUNCS; the bf16 list has Convolution in
+  // BF16_FUNCS but Deconvolution in FP32_FUNCS (no bf16 Deconvolution kernel in its oneDNN).
+  d.amp_fp16 = AmpClass::lowp;
+  d.amp_bf16 = deconv ? AmpClass::fp32 : AmpClass::lowp;
   d.channels_last =
       ChannelsLastRule{ChannelsLastRule::Channels::layout_attr, "layout", /*every_input=*/false,
                        /*output_per_input=*/false, /*starts_region=*/true};

@@ -78,12 +78,11 @@ Shape dot_shape(const Shape& l, const Shape& r, bool ta, bool tb) {
   return out;
 }
 
-// dot and batch_dot are matrix products, so they take the low-precision class as MXNet's
-// 2.x lists do for _npi_matmul: the 1.x "widest" listing would keep them in f32 whenever
-// an operand is f32 (always, straight after import), which forfeits the point of AMP for
-// attention layers. Accumulation stays in f32 in every kernel, so the risk is the one
-// FullyConnected already takes.
-void set_matmul_amp(OpDef& d) { d.amp_bf16 = d.amp_fp16 = AmpClass::lowp; }
+// dot and batch_dot: widest for both targets, as MXNet 1.9.1's lists have them
+// (WIDEST_TYPE_CASTS): they run low where both operands already are (attention's products of
+// FullyConnected outputs) and in f32 otherwise. A user who wants them low whatever their
+// operands moves them with --lp16-ops.
+void set_matmul_amp(OpDef& d) { d.amp_bf16 = d.amp_fp16 = AmpClass::widest; }
 
 OpDef dot_def() {
   OpDef d;
@@ -157,7 +156,9 @@ OpDef embedding_def() {
     out.push_back(cols);
     ctx.outputs[0] = TensorType{dtype, out};
   };
-  d.amp_bf16 = d.amp_fp16 = AmpClass::neutral;
+  // MXNet 1.9.1: neutral in the fp16 list, FP32_FUNCS in the bf16 one.
+  d.amp_fp16 = AmpClass::neutral;
+  d.amp_bf16 = AmpClass::fp32;
   return d;
 }
 

@@ -44,7 +44,10 @@ OpDef rnn_def() {
     ctx.outputs[0] = TensorType{in.dtype, {g.seq_len, g.batch, g.directions * g.hidden}};
     for (size_t k = 1; k < ctx.outputs.size(); ++k) ctx.outputs[k] = state;  // final h, then c
   };
-  d.amp_bf16 = d.amp_fp16 = AmpClass::lowp;
+  // MXNet 1.9.1: FP16_FUNCS in the fp16 list, FP32_FUNCS in the bf16 one (no bf16 RNN
+  // kernel there).
+  d.amp_fp16 = AmpClass::lowp;
+  d.amp_bf16 = AmpClass::fp32;
   return d;
 }
 

@@ -2,6 +2,18 @@
 // reductions, constant sources and the AMP helpers all_finite / amp_multicast. MXNet 1.x
 // names, attributes and defaults; the shape rules live in ir/ops/tensor_shapes.h so that
 // the reference kernels read attributes the same way.
+//
+// AMP classes (fp16 / bf16), each target from its own MXNet 1.9.1 list (symbol_fp16.py,
+// symbol_bf16.py; tests/amp_lists_test.cpp checks them against tests/data/mxnet_amp_lists.txt):
+//   neutral / fp32  Reshape Flatten expand_dims squeeze transpose SwapAxis SliceChannel slice
+//                   slice_axis slice_like broadcast_to/axis/like max min all_finite
+//                   multi_all_finite _zeros _ones _full (MXNet's bf16 list has them in
+//                   FP32_FUNCS: its CPU kernels of 1.9.1 do not take bf16 for them)
+//   widest / neutral  Concat (bf16 list: BF16_FP32_FUNCS, "runs in what it gets")
+//   widest          stack
+//   fp32            sum mean prod
+//   neutral         amp_multicast (fp16 list; the bf16 list leaves it out: a cast, which
+//                   the AMP pass never reclassifies)
 #include "ir/error.h"
 #include "ir/op_registry.h"
 #include "ir/ops/op_helpers.h"
@@ -18,6 +30,8 @@ AttrSpec with_default(std::string name, AttrKind kind, AttrValue v) { return {st
 AttrSpec none_default(std::string name, AttrKind kind) { return {std::move(name), kind, std::monostate{}, {}}; }
 AttrValue no_ints() { return std::vector<int64_t>{}; }
 
+// `amp` is the op's AMP class for both targets; callers set amp_bf16 where MXNet's bf16
+// list differs (see the AMP classes in the file comment).
 OpDef make_op(std::string name, OpKind kind, AmpClass amp, bool fusable) {
   OpDef d;
   d.name = std::move(name);
@@ -57,6 +71,7 @@ DType require_one_dtype(const InferContext& ctx) {
 
 void register_views(OpRegistry& r) {
   OpDef reshape = make_op("Reshape", OpKind::view, AmpClass::neutral, true);
+  reshape.amp_bf16 = AmpClass::fp32;
   reshape.attrs = {with_default("shape", AttrKind::IntList, no_ints()), with_default("reverse", AttrKind::Bool, false),
                    with_default("target_shape", AttrKind::IntList, no_ints()),
                    with_default("keep_highest", AttrKind::Bool, false)};
@@ -70,6 +85,7 @@ void register_views(OpRegistry& r) {
   r.add(std::move(reshape));
 
   OpDef flatten = make_op("Flatten", OpKind::view, AmpClass::neutral, true);
+  flatten.amp_bf16 = AmpClass::fp32;
   flatten.infer = keep_dtype([](const Shape& in, const Attrs&) {
     if (in.empty()) fail("cannot flatten a 0-d input");
     return Shape{in[0], num_elements(Shape(in.begin() + 1, in.end()))};
@@ -78,6 +94,7 @@ void register_views(OpRegistry& r) {
   r.add(std::move(flatten));
 
   OpDef expand = make_op("expand_dims", OpKind::view, AmpClass::neutral, true);
+  expand.amp_bf16 = AmpClass::fp32;
   expand.attrs = {required("axis", AttrKind::Int)};
   expand.infer = keep_dtype([](const Shape& in, const Attrs& a) {
     Shape out = in;
@@ -87,6 +104,7 @@ void register_views(OpRegistry& r) {
   r.add(std::move(expand));
 
   OpDef squeeze = make_op("squeeze", OpKind::view, AmpClass::neutral, true);
+  squeeze.amp_bf16 = AmpClass::fp32;
   squeeze.attrs = {none_default("axis", AttrKind::IntList)};
   squeeze.infer = keep_dtype([](const Shape& in, const Attrs& a) {
     std::vector<bool> drop(in.size(), false);
@@ -135,6 +153,7 @@ std::vector<int64_t> swap_permutation(const Shape& in, const Attrs& a) {
 
 void register_permutes(OpRegistry& r) {
   OpDef transpose = make_op("transpose", OpKind::data_movement, AmpClass::neutral, true);
+  transpose.amp_bf16 = AmpClass::fp32;
   transpose.attrs = {with_default("axes", AttrKind::IntList, no_ints())};
   transpose.infer = keep_dtype([](const Shape& in, const Attrs& a) {
     Shape out;
@@ -147,6 +166,7 @@ void register_permutes(OpRegistry& r) {
   r.add(std::move(transpose));
 
   OpDef swap = make_op("SwapAxis", OpKind::data_movement, AmpClass::neutral, true);
+  swap.amp_bf16 = AmpClass::fp32;
   swap.attrs = {with_default("dim1", AttrKind::Int, int64_t{0}), with_default("dim2", AttrKind::Int, int64_t{0})};
   swap.infer = keep_dtype([](const Shape& in, const Attrs& a) {
     Shape out;
@@ -162,6 +182,7 @@ void register_permutes(OpRegistry& r) {
 
 void register_joins_and_splits(OpRegistry& r) {
   OpDef concat = make_op("Concat", OpKind::data_movement, AmpClass::widest, false);
+  concat.amp_bf16 = AmpClass::neutral;
   concat.attrs = {required("num_args", AttrKind::Int), with_default("dim", AttrKind::Int, int64_t{1})};
   concat.num_inputs = count_from("num_args");
   concat.infer = [](InferContext& ctx) {
@@ -201,6 +222,7 @@ void register_joins_and_splits(OpRegistry& r) {
   r.add(std::move(stack));
 
   OpDef split = make_op("SliceChannel", OpKind::data_movement, AmpClass::neutral, false);
+  split.amp_bf16 = AmpClass::fp32;
   split.attrs = {required("num_outputs", AttrKind::Int), with_default("axis", AttrKind::Int, int64_t{1}),
                  with_default("squeeze_axis", AttrKind::Bool, false)};
   split.num_outputs = count_from("num_outputs");
@@ -229,6 +251,7 @@ void register_joins_and_splits(OpRegistry& r) {
 
 void register_slices(OpRegistry& r) {
   OpDef slice = make_op("slice", OpKind::data_movement, AmpClass::neutral, true);
+  slice.amp_bf16 = AmpClass::fp32;
   slice.attrs = {required("begin", AttrKind::IntList), required("end", AttrKind::IntList),
                  with_default("step", AttrKind::IntList, no_ints())};
   slice.infer = keep_dtype([](const Shape& in, const Attrs& a) { return slice_output_shape(slice_dims(in, a)); });
@@ -239,6 +262,7 @@ void register_slices(OpRegistry& r) {
   r.add(std::move(slice));
 
   OpDef slice_axis = make_op("slice_axis", OpKind::data_movement, AmpClass::neutral, true);
+  slice_axis.amp_bf16 = AmpClass::fp32;
   // MXNet requires `end` but accepts None there; absent is read as None too.
   slice_axis.attrs = {required("axis", AttrKind::Int), required("begin", AttrKind::Int),
                       none_default("end", AttrKind::Int)};
@@ -250,6 +274,7 @@ void register_slices(OpRegistry& r) {
   r.add(std::move(slice_axis));
 
   OpDef slice_like = make_op("slice_like", OpKind::data_movement, AmpClass::neutral, true);
+  slice_like.amp_bf16 = AmpClass::fp32;
   slice_like.inputs = {{"data"}, {"shape_like"}};
   slice_like.attrs = {with_default("axes", AttrKind::IntList, no_ints())};
   // Only the shape of shape_like matters, so its dtype may differ from data's.
@@ -262,6 +287,7 @@ void register_slices(OpRegistry& r) {
 
 void register_broadcasts(OpRegistry& r) {
   OpDef to = make_op("broadcast_to", OpKind::data_movement, AmpClass::neutral, true);
+  to.amp_bf16 = AmpClass::fp32;
   to.attrs = {with_default("shape", AttrKind::IntList, no_ints())};
   to.infer = keep_dtype(broadcast_to_shape);
   // Input and output have one rank; extent-1 dims of the input repeat.
@@ -272,6 +298,7 @@ void register_broadcasts(OpRegistry& r) {
   r.add(std::move(to));
 
   OpDef axis = make_op("broadcast_axis", OpKind::data_movement, AmpClass::neutral, true);
+  axis.amp_bf16 = AmpClass::fp32;
   axis.attrs = {with_default("axis", AttrKind::IntList, no_ints()), with_default("size", AttrKind::IntList, no_ints())};
   axis.infer = keep_dtype(broadcast_axis_shape);
   axis.remap_access = repeat_unit_dims;
@@ -279,6 +306,7 @@ void register_broadcasts(OpRegistry& r) {
   r.add(std::move(axis));
 
   OpDef like = make_op("broadcast_like", OpKind::data_movement, AmpClass::neutral, true);
+  like.amp_bf16 = AmpClass::fp32;
   like.inputs = {{"lhs"}, {"rhs"}};
   like.attrs = {none_default("lhs_axes", AttrKind::IntList), none_default("rhs_axes", AttrKind::IntList)};
   // rhs only lends its shape; the output has lhs's dtype. No remap_access: a remapping
@@ -299,7 +327,8 @@ void register_reductions(OpRegistry& r) {
     std::vector<std::string> aliases;
   };
   // sum, mean and prod overflow in 16 bits, so MXNet's AMP lists run them in fp32;
-  // max and min pick an element and are exact in any type.
+  // max and min pick an element and are exact in any type (fp16: neutral; MXNet's bf16
+  // list has every reduction in fp32).
   const Reduction reductions[] = {{"sum", AmpClass::fp32, {"sum_axis"}},
                                   {"mean", AmpClass::fp32, {}},
                                   {"prod", AmpClass::fp32, {}},
@@ -307,6 +336,7 @@ void register_reductions(OpRegistry& r) {
                                   {"min", AmpClass::neutral, {"min_axis"}}};
   for (const Reduction& red : reductions) {
     OpDef d = make_op(red.name, OpKind::reduction, red.amp, false);
+    d.amp_bf16 = AmpClass::fp32;
     d.attrs = {none_default("axis", AttrKind::IntList), with_default("keepdims", AttrKind::Bool, false),
                with_default("exclude", AttrKind::Bool, false)};
     d.infer = keep_dtype([](const Shape& in, const Attrs& a) { return reduce_plan(in, a).out; });
@@ -317,6 +347,7 @@ void register_reductions(OpRegistry& r) {
   // The loss-scaling overflow check. init_output=False in MXNet ANDs into the previous
   // contents of the output array; a graph value has none, so both settings start from 1.
   OpDef all_finite = make_op("all_finite", OpKind::reduction, AmpClass::neutral, false);
+  all_finite.amp_bf16 = AmpClass::fp32;
   all_finite.attrs = {with_default("init_output", AttrKind::Bool, true)};
   all_finite.infer = [](InferContext& ctx) {
     ctx.in(0);  // throws if the input is unknown
@@ -325,6 +356,7 @@ void register_reductions(OpRegistry& r) {
   r.add(std::move(all_finite));
 
   OpDef multi = make_op("multi_all_finite", OpKind::reduction, AmpClass::neutral, false);
+  multi.amp_bf16 = AmpClass::fp32;
   multi.attrs = {with_default("num_arrays", AttrKind::Int, int64_t{1}), with_default("init_output", AttrKind::Bool, true)};
   multi.num_inputs = count_from("num_arrays");
   multi.infer = [](InferContext& ctx) {
@@ -339,6 +371,7 @@ void register_reductions(OpRegistry& r) {
 void register_sources(OpRegistry& r) {
   for (const char* name : {"_zeros", "_ones", "_full"}) {
     OpDef d = make_op(name, OpKind::source, AmpClass::neutral, false);
+    d.amp_bf16 = AmpClass::fp32;
     d.inputs = {};
     d.attrs = {with_default("shape", AttrKind::IntList, no_ints()), with_default("dtype", AttrKind::DType, DType::f32)};
     if (std::string_view(name) == "_full") d.attrs.push_back(required("value", AttrKind::Float));
