@@ -29,8 +29,9 @@ int run_convert(const ConvertOptions& o) {
     fail("--amp {}: expected bf16 or fp16 (convert writes a low-precision model)", o.amp.amp);
   const std::optional<engine::AmpOptions> amp = o.amp.options();
   const std::map<std::string, ir::Shape> shapes = parse_shape_args(o.shapes);
-  ir::Graph g = load_model_file(o.model);
-  with_context("--shape", [&] { set_variable_shapes(g, shapes); });
+  std::set<std::string> unreached;
+  ir::Graph g = load_model_file(o.model, &unreached);
+  with_context("--shape", [&] { set_variable_shapes(g, shapes, unreached); });
   infer_types_naming_missing_shapes(g);
   const size_t op_nodes_before = g.nodes.size();
   engine::AmpStats stats;

@@ -19,8 +19,9 @@ struct InfoOptions {
 
 int run_info(const InfoOptions& o) {
   const std::map<std::string, ir::Shape> shapes = parse_shape_args(o.shapes);
-  ir::Graph g = load_model_file(o.model);
-  set_variable_shapes(g, shapes);
+  std::set<std::string> unreached;
+  ir::Graph g = load_model_file(o.model, &unreached);
+  set_variable_shapes(g, shapes, unreached);
   std::string inference_error;
   try {
     ir::infer_types(g);
