@@ -2,10 +2,11 @@
 //
 // One Importer reads one file front to back: the JSON text, a scan that refuses INT8 graphs
 // before anything else can complain about their ops, the nodes in file order (MXNet writes
-// them topologically, so every input must name an earlier node), the heads, then variable
-// roles and types, and finally type inference. Node indices in the graph are the file's,
-// except in pre-0.9 files, which left out auxiliary states: as MXNet's loader does, the
-// importer adds a variable "<node>_<slot>" for each, just before its consumer.
+// them topologically, so every input must name an earlier node), the heads, then what
+// MXNet's loader makes of them (one variable per name, only what the heads reach), variable
+// roles and types, and finally type inference. Pre-0.9 files left out auxiliary states: as
+// MXNet's loader does, the importer adds a variable "<node>_<slot>" for each, just before its
+// consumer.
 #include "ir/mxnet_json.h"
 
 #include "ir/error.h"
@@ -18,6 +19,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 namespace ampfuse::ir {
@@ -101,7 +103,7 @@ class Importer {
     read_heads(root);
     check_arg_nodes(root);
     upgrade_mxnet_hidden_keys(g_);  // as MXNet's loader: "ctx_group" -> "__ctx_group__"
-    check_unique_variable_names();
+    keep_what_heads_reach();
     assign_roles();
     type_variables();
     if (opts_.infer && inference_can_start()) infer();
@@ -298,28 +300,90 @@ class Importer {
     }
   }
 
-  void check_unique_variable_names() const {
-    std::map<std::string, size_t> first;
-    for (size_t i = 0; i < g_.nodes.size(); ++i) {
+  // The graph MXNet binds: a symbol is what its heads reach, so nodes no head reaches are
+  // dropped (they need no input shapes, as in MXNet, where list_arguments() leaves their
+  // variables out), and variables that share a name are one variable, bound to one array
+  // (MXNet binds arguments by name). Every node was read and checked before this.
+  void keep_what_heads_reach() {
+    std::vector<int32_t> same_as(g_.nodes.size());  // the variable each node stands for
+    std::map<std::string, int32_t> first;
+    for (int32_t i = 0; i < static_cast<int32_t>(g_.nodes.size()); ++i) {
+      same_as[i] = i;
       if (!g_.nodes[i].is_var()) continue;
       auto [it, fresh] = first.emplace(g_.nodes[i].name, i);
-      if (!fresh)
-        fail("{}: {} has the name of {}: variable names must be unique", source_, labels_[i], labels_[it->second]);
+      if (fresh) continue;
+      merge_hints(it->second, i);
+      same_as[i] = it->second;
+    }
+    for (Node& n : g_.nodes)
+      for (ValueRef& in : n.inputs) in.node = same_as[in.node];
+    for (ValueRef& o : g_.outputs) o.node = same_as[o.node];
+
+    std::vector<bool> reached(g_.nodes.size(), false);
+    for (ValueRef o : g_.outputs) reached[o.node] = true;
+    for (int32_t i = static_cast<int32_t>(g_.nodes.size()) - 1; i >= 0; --i)
+      if (reached[i])
+        for (ValueRef in : g_.nodes[i].inputs) reached[in.node] = true;
+
+    std::vector<int32_t> new_index(g_.nodes.size(), -1);
+    Graph kept;
+    std::vector<std::string> labels;
+    std::vector<int> output_counts;
+    for (int32_t i = 0; i < static_cast<int32_t>(g_.nodes.size()); ++i) {
+      if (!reached[i]) {
+        if (g_.nodes[i].is_var()) unreached_variables_.insert(g_.nodes[i].name);
+        continue;
+      }
+      Node n = std::move(g_.nodes[i]);
+      for (ValueRef& in : n.inputs) in.node = new_index[in.node];
+      new_index[i] = kept.add(std::move(n));
+      labels.push_back(std::move(labels_[i]));
+      output_counts.push_back(output_counts_[i]);
+    }
+    for (ValueRef o : g_.outputs) kept.outputs.push_back({new_index[o.node], o.index});
+    // A name reached through one of its variables is reached.
+    for (const Node& n : kept.nodes)
+      if (n.is_var()) unreached_variables_.erase(n.name);
+    if (opts_.unreached_variables) *opts_.unreached_variables = unreached_variables_;
+    g_ = std::move(kept);
+    labels_ = std::move(labels);
+    output_counts_ = std::move(output_counts);
+    file_to_graph_.clear();  // file indices mean nothing from here on
+  }
+
+  // Variable `dup` has the name of variable `var` and becomes it: their hints (a __shape__,
+  // a __dtype__) describe one array and must agree.
+  void merge_hints(int32_t var, int32_t dup) {
+    Node& v = g_.nodes[var];
+    for (const auto& [key, text] : g_.nodes[dup].hints) {
+      auto [it, fresh] = v.hints.emplace(key, text);
+      if (!fresh && it->second != text)
+        fail("{}: {} and {} are one variable (MXNet binds variables by name), but their '{}' hints differ: '{}' "
+             "and '{}'",
+             source_, labels_[var], labels_[dup], key, it->second, text);
     }
   }
 
   // A variable feeding a weight slot anywhere is a param even if it also feeds data slots
-  // (tied embeddings); one feeding an aux slot is aux (MXNet's auxiliary states).
+  // (tied embeddings); one feeding an aux slot is aux (MXNet's auxiliary states). Casts pass
+  // on the role of the slots they feed: a converted model reads its weights through amp_cast
+  // (or amp_multicast), and they are weights all the same.
   void assign_roles() {
-    for (const Node& n : g_.nodes) {
-      if (n.is_var()) continue;
+    std::map<ValueRef, VarRole> fed;  // the strongest role among the slots a value reaches
+    for (int32_t i = static_cast<int32_t>(g_.nodes.size()) - 1; i >= 0; --i) {
+      Node& n = g_.nodes[i];
+      if (n.is_var()) {
+        n.role = std::max(n.role, fed[{i, 0}]);
+        continue;
+      }
       const OpDef& def = registry_.get(n.op);
       for (size_t k = 0; k < n.inputs.size(); ++k) {
-        Node& producer = g_.nodes[n.inputs[k].node];
-        if (!producer.is_var()) continue;
         const SlotRole slot = def.slot(k).role;
-        const VarRole role = slot == SlotRole::aux ? VarRole::aux : slot == SlotRole::param ? VarRole::param : VarRole::input;
-        producer.role = std::max(producer.role, role);
+        VarRole role = slot == SlotRole::aux ? VarRole::aux : slot == SlotRole::param ? VarRole::param : VarRole::input;
+        if (def.is_cast) role = fed[{i, 0}];
+        if (def.is_multicast) role = fed[{i, static_cast<int32_t>(k)}];
+        VarRole& r = fed[n.inputs[k]];
+        r = std::max(r, role);
       }
     }
   }
@@ -334,7 +398,7 @@ class Importer {
   template <class Map>
   void check_option_names(const Map& m, std::string_view option) const {
     for (const auto& [name, _] : m)
-      if (!g_.find_var(name))
+      if (!g_.find_var(name) && !unreached_variables_.count(name))
         fail("{}: {} names '{}', which is not a variable of the graph (its inputs: {})", source_, option, name,
              input_names());
   }
@@ -355,15 +419,7 @@ class Importer {
     return shape;
   }
 
-  std::optional<DType> read_dtype_hint(const Node& v) const {
-    auto it = v.hints.find("__dtype__");
-    if (it == v.hints.end()) return std::nullopt;
-    if (auto named = parse_dtype(it->second)) return named;
-    const AttrValue code = parse_mxnet_attr(AttrSpec{"__dtype__", AttrKind::Int, std::nullopt, {}}, it->second);
-    if (std::get<int64_t>(code) == -1) return std::nullopt;  // MXNet's "not known yet"
-    if (auto t = dtype_from_mxnet_flag(std::get<int64_t>(code))) return t;
-    fail("__dtype__ '{}' is an MXNet type ampfuse does not support (it reads the type flags 0-7 and 12)", it->second);
-  }
+  std::optional<DType> read_dtype_hint(const Node& v) const { return variable_dtype_hint(v); }
 
   static bool fully_known(const Shape& s) {
     for (int64_t d : s)
@@ -454,9 +510,20 @@ class Importer {
   // By graph index:
   std::vector<std::string> labels_;  // "node 3 'conv0' (Convolution)", with the file's index
   std::vector<int> output_counts_;
+  std::set<std::string> unreached_variables_;  // variables of the file that no head reaches
 };
 
 }  // namespace
+
+std::optional<DType> variable_dtype_hint(const Node& v) {
+  auto it = v.hints.find("__dtype__");
+  if (it == v.hints.end()) return std::nullopt;
+  if (auto named = parse_dtype(it->second)) return named;
+  const AttrValue code = parse_mxnet_attr(AttrSpec{"__dtype__", AttrKind::Int, std::nullopt, {}}, it->second);
+  if (std::get<int64_t>(code) == -1) return std::nullopt;  // MXNet's "not known yet"
+  if (auto t = dtype_from_mxnet_flag(std::get<int64_t>(code))) return t;
+  fail("__dtype__ '{}' is an MXNet type ampfuse does not support (it reads the type flags 0-7 and 12)", it->second);
+}
 
 Graph import_mxnet_json(std::string_view json_text, std::string_view source_name, const MxnetImportOptions& opts) {
   return Importer(source_name, opts).run(json_text);

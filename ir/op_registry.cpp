@@ -67,6 +67,10 @@ void check_declarations(const OpDef& d) {
   if (d.table_index && (!d.find_attr(d.table_index->size_attr) || d.table_index->slot >= d.inputs.size()))
     fail("op '{}' declares table index input {} sized by '{}', which it does not have", d.name, d.table_index->slot,
          d.table_index->size_attr);
+  // A table's indices are integers: AMP reads InputSlot::index, random inputs TableIndex.
+  if (d.table_index && !d.inputs[d.table_index->slot].index)
+    fail("op '{}' declares table index input {} ('{}') but not as an index slot: declare it with .index = true",
+         d.name, d.table_index->slot, d.inputs[d.table_index->slot].name);
 }
 
 }  // namespace

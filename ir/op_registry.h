@@ -38,6 +38,12 @@ struct InputSlot {
   std::string name;  // "data", "weight", "bias", "gamma", "moving_mean"...
   SlotRole role = SlotRole::data;
   bool optional = false;  // e.g. bias when no_bias=True
+  // The slot holds integers, whatever type carries them: indices into a table or an axis
+  // (Embedding's data, take's indices, pick's index, one_hot's indices) or class labels
+  // (SoftmaxOutput's label). AMP never casts such an input to a lower-precision float:
+  // bf16 holds integers exactly only up to 256 and f16 up to 2048, so id 12345 would read
+  // row 12352 (bf16) or 12344 (f16). Declare it with `.index = true`.
+  bool index = false;
 };
 
 // The five AMP classes (MXNet's op lists). See docs/design.md "AMP conversion".
@@ -158,6 +164,11 @@ struct OpDef {
   // A conversion of input 0 to the output's dtype and nothing else (Cast, amp_cast): what
   // the AMP passes and cast folding treat as a cast, and the AMP statistics count.
   bool is_cast = false;
+  // A cast whose output type follows from its inputs' types (amp_multicast: the widest
+  // AMP type among them, or with cast_narrow the narrowest). AMP conversion leaves it as
+  // it finds it, as MXNet's convert_symbol does: it reads each input in the type that
+  // input has after conversion, with no cast, and its outputs take the type that gives.
+  bool is_multicast = false;
   std::optional<ChannelsLastRule> channels_last;  // unset: layout_optimize never moves the op
   std::optional<TableIndex> table_index;          // Embedding's indices
 

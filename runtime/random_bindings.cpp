@@ -172,6 +172,24 @@ int64_t fan_in(const ir::Graph& g, const ir::Node& var, const std::vector<Use>& 
   return std::max<int64_t>(n, 1);
 }
 
+// The slots value v ends up in, looking through casts (amp_cast, Cast, amp_multicast): a
+// converted model reads its weights and statistics through casts, and they are scaled as
+// what the slot behind the cast takes.
+std::vector<Use> slots_through_casts(const ir::Graph& g, const IdBoundFinder& ids, ir::ValueRef v) {
+  std::vector<Use> out;
+  for (const Use& u : ids.uses(v)) {
+    const ir::OpDef* def = ir::OpRegistry::global().find(g.nodes[u.node].op);
+    const bool cast = def && (def->is_cast || def->is_multicast);
+    if (!cast) {
+      out.push_back(u);
+      continue;
+    }
+    const int32_t output = def->is_multicast ? static_cast<int32_t>(u.slot) : 0;
+    for (const Use& w : slots_through_casts(g, ids, {u.node, output})) out.push_back(w);
+  }
+  return out;
+}
+
 bool feeds_slot(const ir::Graph& g, const std::vector<Use>& uses, std::string_view slot_name) {
   for (const Use& u : uses) {
     const ir::OpDef* def = ir::OpRegistry::global().find(g.nodes[u.node].op);
@@ -192,7 +210,7 @@ Bindings random_bindings(const ir::Graph& g, uint64_t seed, const Bindings& give
     SplitMix64 rng(SplitMix64::mix(seed ^ SplitMix64::mix(fnv1a64(n.name))));
     Tensor t(n.outputs[0]);
     const IdBounds bounds = ids.of({i, 0});
-    const std::vector<Use>& uses = ids.uses({i, 0});
+    const std::vector<Use> uses = slots_through_casts(g, ids, {i, 0});
     if (!is_float(t.dtype()) || bounds.folded()) {
       fill_ids(t, bounds, rng);
     } else if (n.role == ir::VarRole::input) {

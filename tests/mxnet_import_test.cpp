@@ -308,8 +308,9 @@ INSTANTIATE_TEST_SUITE_P(
         ErrorCase{"err_int8.json",
                   "INT8 quantized graphs are not supported: node 2 'data_quantize' uses _contrib_quantize_v2"},
         ErrorCase{"err_variable_with_inputs.json", "node 1 'weird' (null): a variable (op \"null\") cannot have inputs"},
-        ErrorCase{"err_duplicate_variable.json",
-                  "node 1 'data' (null) has the name of node 0 'data' (null): variable names must be unique"},
+        ErrorCase{"err_duplicate_variable_hints.json",
+                  "node 0 'data' (null) and node 1 'data' (null) are one variable (MXNet binds variables by name), "
+                  "but their '__shape__' hints differ: '(2,)' and '(3,)'"},
         ErrorCase{"err_heads_range.json", "heads entry 1 refers to node 5, but the file has 2 nodes"},
         ErrorCase{"err_arg_nodes.json", "arg_nodes entry 1 names node 1 'relu' (Activation), which is not a variable"},
         ErrorCase{"err_inconsistent_shapes.json", "node 3 'sum' (elemwise_add): ", false, "[2,4]"},

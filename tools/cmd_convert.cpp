@@ -65,9 +65,10 @@ int run_convert(const ConvertOptions& o) {
   const std::map<std::string, ir::Shape> shapes = parse_shape_args(o.shapes);
   const std::optional<ParamsFile> params =
       o.params.empty() ? std::nullopt : std::optional<ParamsFile>(read_params_file(o.params));
-  ir::Graph g = load_model_file(o.model);
+  std::set<std::string> unreached;
+  ir::Graph g = load_model_file(o.model, &unreached);
   const auto file_types = input_types_of_file(g);
-  with_context("--shape", [&] { set_variable_shapes(g, shapes); });
+  with_context("--shape", [&] { set_variable_shapes(g, shapes, unreached); });
   infer_types_naming_missing_shapes(g);
   if (params) check_params_against_model(*params, g);
   const size_t op_nodes_before = g.nodes.size();

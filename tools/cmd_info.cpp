@@ -23,8 +23,9 @@ int run_info(const InfoOptions& o) {
   const std::map<std::string, ir::Shape> shapes = parse_shape_args(o.shapes);
   const std::optional<ParamsFile> params =
       o.params.empty() ? std::nullopt : std::optional<ParamsFile>(read_params_file(o.params));
-  ir::Graph g = load_model_file(o.model);
-  set_variable_shapes(g, shapes);
+  std::set<std::string> unreached;
+  ir::Graph g = load_model_file(o.model, &unreached);
+  set_variable_shapes(g, shapes, unreached);
   std::string inference_error;
   try {
     ir::infer_types(g);

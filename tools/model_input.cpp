@@ -72,11 +72,12 @@ std::map<std::string, std::string> parse_input_args(const std::vector<std::strin
   return files;
 }
 
-ir::Graph load_model_file(const std::string& path) {
+ir::Graph load_model_file(const std::string& path, std::set<std::string>* unreached) {
   std::error_code ec;
   if (!std::filesystem::is_regular_file(path, ec)) fail("{}: no such file", path);
   ir::MxnetImportOptions opts;
   opts.infer = false;  // shapes from the command line come first
+  opts.unreached_variables = unreached;
   return ir::load_mxnet_json_file(path, opts);
 }
 
@@ -84,11 +85,20 @@ void set_variable_types(ir::Graph& g, const std::map<std::string, ir::TensorType
   for (const auto& [name, type] : types) variable(g, name).outputs = {type};
 }
 
-void set_variable_shapes(ir::Graph& g, const std::map<std::string, ir::Shape>& shapes) {
+void set_variable_shapes(ir::Graph& g, const std::map<std::string, ir::Shape>& shapes,
+                         const std::set<std::string>& unreached) {
   for (const auto& [name, shape] : shapes) {
+    if (unreached.count(name) && !g.find_var(name)) continue;
     ir::Node& v = variable(g, name);
-    const ir::DType dtype = v.outputs.empty() ? ir::DType::f32 : v.outputs[0].dtype;
+    // Import types only variables whose shape it knows; the others keep their __dtype__
+    // hint for this moment (a bf16 input stays bf16 when --shape gives its shape).
+    const ir::DType dtype = !v.outputs.empty() ? v.outputs[0].dtype
+                                               : with_context(fmt::format("variable '{}'", name), [&] {
+                                                   return ir::variable_dtype_hint(v).value_or(ir::DType::f32);
+                                                 });
     v.outputs = {ir::TensorType{dtype, shape}};
+    v.hints.erase("__shape__");  // spent, as import spends the hints of what it types
+    v.hints.erase("__dtype__");
   }
 }
 
@@ -156,14 +166,15 @@ ir::Graph default_model(const std::map<std::string, ir::Shape>& shapes, const ru
 
 ir::Graph model_from_file(const std::string& path, const std::map<std::string, ir::Shape>& shapes,
                           const runtime::Bindings& given) {
-  ir::Graph g = load_model_file(path);
+  std::set<std::string> unreached;
+  ir::Graph g = load_model_file(path, &unreached);
   // An input file fixes its variable's type, unless --shape says otherwise (then the run
   // reports the mismatch).
   std::map<std::string, ir::TensorType> from_files;
   for (const auto& [name, t] : given)
     if (!shapes.count(name)) from_files[name] = t.type();
   with_context("--inputs", [&] { set_variable_types(g, from_files); });
-  with_context("--shape", [&] { set_variable_shapes(g, shapes); });
+  with_context("--shape", [&] { set_variable_shapes(g, shapes, unreached); });
   infer_types_naming_missing_shapes(g);
   return g;
 }

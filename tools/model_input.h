@@ -5,6 +5,7 @@
 #include "runtime/interpreter.h"
 
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -17,13 +18,19 @@ std::map<std::string, ir::Shape> parse_shape_args(const std::vector<std::string>
 // "--inputs NAME=FILE.npy" arguments: file path by name. Same error rules.
 std::map<std::string, std::string> parse_input_args(const std::vector<std::string>& args);
 
-// Reads an MXNet *-symbol.json without type inference. Throws naming the file.
-ir::Graph load_model_file(const std::string& path);
+// Reads an MXNet *-symbol.json without type inference. Throws naming the file. The graph
+// holds what the heads reach, as MXNet's; `unreached`, where set, receives the names of the
+// file's variables it dropped (set_variable_shapes accepts and ignores them, as MXNet's
+// bind accepts shapes it does not use).
+ir::Graph load_model_file(const std::string& path, std::set<std::string>* unreached = nullptr);
 
-// Gives each named variable its type: `shape` with the dtype it already has (f32 if none).
-// Throws ampfuse::Error for a name that is not a variable of the graph, listing the inputs.
+// Gives each named variable its type: `types` as they are; `shapes` with the dtype the
+// variable already has, else the one its __dtype__ hint names (f32 if none). Throws
+// ampfuse::Error for a name that is not a variable of the graph, listing the inputs; names
+// in `unreached` (variables of the file no output depends on) are ignored.
 void set_variable_types(ir::Graph& g, const std::map<std::string, ir::TensorType>& types);
-void set_variable_shapes(ir::Graph& g, const std::map<std::string, ir::Shape>& shapes);
+void set_variable_shapes(ir::Graph& g, const std::map<std::string, ir::Shape>& shapes,
+                         const std::set<std::string>& unreached = {});
 
 // The graph's input variables (not weights), in graph order.
 std::vector<const ir::Node*> input_variables(const ir::Graph& g);

@@ -108,6 +108,56 @@ class Converter {
     return {lowerable, low};
   }
 
+  bool is_multicast(int32_t i) const {
+    const ir::Node& n = g_.nodes[i];
+    return !n.is_var() && ir::OpRegistry::global().get(n.op).is_multicast;
+  }
+
+  // The type value v has after conversion, as far as the plans made so far say.
+  DType planned_type(ValueRef v) const {
+    return plans_[v.node].low ? plans_[v.node].outs[v.index].dtype : orig(v);
+  }
+
+  // amp_multicast reads its inputs in the types they have after conversion, without a cast
+  // (MXNet leaves an amp_multicast it finds alone: casting an f32 input down would round a
+  // value the graph keeps in f32). Its outputs are what its own inference makes of those
+  // types; it "runs low" when that changes them. Monotone: a multicast's outputs only get
+  // narrower as its inputs do, so it fits the fixed point of decide().
+  bool plan_multicast(int32_t i) {
+    const ir::Node& n = g_.nodes[i];
+    Plan p;
+    p.low = true;
+    ir::InferContext ctx{n.attrs, {}, {}};
+    for (ValueRef in : n.inputs) {
+      p.reads.push_back(planned_type(in));
+      ctx.inputs.push_back(ir::TensorType{p.reads.back(), g_.type(in).shape});
+    }
+    ctx.outputs.resize(n.outputs.size());
+    try {
+      ir::OpRegistry::global().get(n.op).infer(ctx);
+    } catch (const Error&) {
+      // The new types do not go together (bf16 from the graph meets the f16 target with no
+      // f32 among them): the multicast reads what it read before, casting back to it.
+      p.reads.clear();
+      for (ValueRef in : n.inputs) p.reads.push_back(orig(in));
+      p.outs = n.outputs;
+      const bool different = !plans_[i].low || plans_[i].reads != p.reads;
+      plans_[i] = std::move(p);
+      return different;
+    }
+    bool changes = false;
+    for (size_t k = 0; k < n.outputs.size(); ++k) {
+      p.outs.push_back(*ctx.outputs[k]);
+      changes |= p.outs[k].dtype != n.outputs[k].dtype;
+    }
+    Plan next = changes ? std::move(p) : Plan{};
+    const bool different = next.low != plans_[i].low || next.reads != plans_[i].reads;
+    plans_[i] = std::move(next);
+    for (size_t k = 0; k < plans_[i].outs.size(); ++k)
+      if (plans_[i].outs[k].dtype == target_) low_.insert({i, static_cast<int32_t>(k)});
+    return different;
+  }
+
   // Low-precision ops first; then neutral and widest ops join wherever their inputs already
   // exist in low precision, repeated until nothing changes. The set of low values only
   // grows, so the fixed point is unique and does not depend on the order of the sweep.
@@ -118,13 +168,17 @@ class Converter {
     std::vector<AmpClass> cls(g_.nodes.size(), AmpClass::fp32);
     for (int32_t i = 0; i < static_cast<int32_t>(g_.nodes.size()); ++i) {
       const ir::Node& n = g_.nodes[i];
-      if (n.is_var() || ir::is_cast(n)) continue;
+      if (n.is_var() || ir::is_cast(n) || is_multicast(i)) continue;
       cls[i] = policy_.node_class(n);
       if (cls[i] == AmpClass::lowp) try_low(i);
     }
     for (bool changed = true; changed;) {
       changed = false;
       for (int32_t i = 0; i < static_cast<int32_t>(g_.nodes.size()); ++i) {
+        if (is_multicast(i)) {
+          changed |= plan_multicast(i);
+          continue;
+        }
         if (tried_[i] || (cls[i] != AmpClass::neutral && cls[i] != AmpClass::widest)) continue;
         const auto [lowerable, low] = low_inputs(i);
         const bool all_needed = cls[i] == AmpClass::widest && !opts_.cast_narrow;
@@ -242,8 +296,10 @@ class Converter {
         for (size_t k = 0; k < n.inputs.size(); ++k) {
           const ValueRef in = n.inputs[k];
           // A cast's output type is its attribute, so it reads its input in whatever type
-          // that has become instead of asking for the original one.
-          const DType want = plans_[i].low ? plans_[i].reads[k] : ir::is_cast(n) ? new_type(in) : orig(in);
+          // that has become instead of asking for the original one; so does a multicast
+          // whose outputs keep their types (plan_multicast).
+          const bool as_is = ir::is_cast(n) || is_multicast(i);
+          const DType want = plans_[i].low ? plans_[i].reads[k] : as_is ? new_type(in) : orig(in);
           n.inputs[k] = in_type(rb, in, want, inserted);
         }
         if (plans_[i].low) n.outputs = plans_[i].outs;

@@ -125,7 +125,7 @@ ir::AmpClass AmpPolicy::node_class(const ir::Node& n) const {
 }
 
 bool AmpPolicy::keeps_input(const ir::OpDef& def, size_t input) const {
-  if (def.slot(input).role == ir::SlotRole::aux) return true;
+  if (def.slot(input).role == ir::SlotRole::aux || def.slot(input).index) return true;
   const auto& keep = target_ == ir::DType::bf16 ? def.keep_fp32_inputs_bf16 : def.keep_fp32_inputs_fp16;
   return std::find(keep.begin(), keep.end(), static_cast<int>(input)) != keep.end();
 }

@@ -75,7 +75,8 @@ class AmpPolicy {
   // True when the node was excluded by name or by a hint.
   bool excluded(const ir::Node& n) const;
   // Input slots that stay in their original type when the op runs in low precision:
-  // the registry's keep_fp32_inputs for the target, and aux slots (state the op updates).
+  // the registry's keep_fp32_inputs for the target, aux slots (state the op updates) and
+  // index slots (ids and labels, which a lower-precision float would round).
   bool keeps_input(const ir::OpDef& def, size_t input) const;
 
  private:

@@ -135,7 +135,7 @@ OpDef embedding_def() {
   OpDef d;
   d.name = "Embedding";
   d.kind = OpKind::compute;
-  d.inputs = {{"data"}, {"weight", SlotRole::param}};
+  d.inputs = {{.name = "data", .index = true}, {"weight", SlotRole::param}};
   d.attrs = {required("input_dim", AttrKind::Int), required("output_dim", AttrKind::Int),
              optional("dtype", AttrKind::DType, DType::f32)};
   d.ignored_attrs = {"sparse_grad"};

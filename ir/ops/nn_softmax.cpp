@@ -61,7 +61,7 @@ OpDef softmax_output_def() {
   OpDef d;
   d.name = "SoftmaxOutput";
   d.kind = OpKind::compute;
-  d.inputs = {{"data"}, {"label"}};
+  d.inputs = {{"data"}, {.name = "label", .index = true}};
   d.attrs = {optional("multi_output", AttrKind::Bool, false), optional("preserve_shape", AttrKind::Bool, false)};
   d.ignored_attrs = {"grad_scale", "ignore_label", "use_ignore", "normalization", "out_grad", "smooth_alpha"};
   d.infer = [](InferContext& ctx) {

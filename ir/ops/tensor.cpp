@@ -419,6 +419,7 @@ void register_amp_multicast(OpRegistry& r) {
   d.attrs = {required("num_outputs", AttrKind::Int), with_default("cast_narrow", AttrKind::Bool, false)};
   d.num_inputs = count_from("num_outputs");
   d.num_outputs = count_from("num_outputs");
+  d.is_multicast = true;
   d.channels_last = ChannelsLastRule{ChannelsLastRule::Channels::anywhere, "", /*every_input=*/true,
                                      /*output_per_input=*/true};
   d.infer = [](InferContext& ctx) {
