@@ -31,7 +31,7 @@ const char* const kIndexOps[] = {"_arange",      "_contrib_arange_like", "shape_
                                  "reverse",      "tile",                 "repeat",         "reshape_like",
                                  "depth_to_space", "space_to_depth",     "take",           "pick",
                                  "gather_nd",    "one_hot",              "Crop",           "Pad",
-                                 "UpSampling",   "SequenceMask",         "SequenceLast",   "SequenceReverse"};
+                                 "UpSampling",   "_contrib_BilinearResize2D", "SequenceMask",         "SequenceLast",   "SequenceReverse"};
 
 const json& mxnet_cases() {
   static const json j = [] {
@@ -126,6 +126,9 @@ TEST(IndexOpsShapes, OutputTypes) {
   EXPECT_EQ(infer("gather_nd", {f32({4, 5, 6}), f32({2, 9})}, {}), f32({9, 6}));
   EXPECT_EQ(infer("gather_nd", {f32({4, 5}), f32({2})}, {}), f32({1}));
   EXPECT_EQ(infer("SequenceLast", {f32({7, 3, 2}), f32({3})}, {{"use_sequence_length", "True"}}), f32({3, 2}));
+  EXPECT_EQ(infer("_contrib_BilinearResize2D", {{DType::f16, {1, 3, 10, 9}}},
+                  {{"scale_height", "1.55"}, {"scale_width", "0.5"}}),
+            (TensorType{DType::f16, {1, 3, 15, 4}}));
   EXPECT_EQ(infer("UpSampling", {f32({1, 2, 3, 3}), f32({1, 5, 1, 1})},
                   {{"scale", "2"}, {"sample_type", "nearest"}, {"num_args", "2"}}),
             f32({1, 7, 6, 6}));
@@ -176,6 +179,12 @@ TEST(IndexOpsShapes, ErrorsNameTheAttributeOrInput) {
                   {{"scale", "2"}, {"sample_type", "nearest"}, {"num_args", "2"}})
                 .find("input 1"),
             std::string::npos);
+  EXPECT_NE(fails("_contrib_BilinearResize2D", {f32({1, 2, 3, 3})}, {{"mode", "odd_scale"}, {"scale_height", "2"}})
+                .find("attribute 'mode'='odd_scale'"),
+            std::string::npos);
+  EXPECT_NE(fails("_contrib_BilinearResize2D", {f32({1, 2, 3, 3})}, {{"height", "0"}}).find("'height'"),
+            std::string::npos);
+  EXPECT_NE(fails("_contrib_BilinearResize2D", {f32({2, 3, 3})}, {{"height", "4"}}).find("4-D"), std::string::npos);
   EXPECT_NE(fails("SequenceMask", {f32({4, 3}), f32({4})}, {{"use_sequence_length", "True"}})
                 .find("input 1 (sequence_length)"),
             std::string::npos);

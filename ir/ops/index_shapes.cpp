@@ -246,6 +246,27 @@ UpSamplingPlan upsampling_plan(const std::vector<Shape>& ins, const Attrs& a) {
   return p;
 }
 
+std::pair<int64_t, int64_t> bilinear_resize_size(const Shape& in, const Shape* like, const Attrs& a) {
+  require_rank(in, 4, "_contrib_BilinearResize2D");
+  const std::string& mode = a.get_string("mode");
+  int64_t h = 0, w = 0;
+  if (mode == "like") {
+    if (!like || like->size() != 4) fail("mode='like' needs a 4-D input 1 (like)");
+    h = (*like)[2], w = (*like)[3];
+  } else if (mode == "size") {
+    const auto scaled = [&](const char* scale_attr, const char* size_attr, int64_t extent) {
+      if (a.is_none(scale_attr)) return a.get_int(size_attr);
+      return static_cast<int64_t>(a.get_float(scale_attr) * static_cast<double>(extent));
+    };
+    h = scaled("scale_height", "height", in[2]);
+    w = scaled("scale_width", "width", in[3]);
+  } else {
+    fail("attribute 'mode'='{}' is not supported: only 'size' and 'like' are", mode);
+  }
+  if (h < 1 || w < 1) fail("the output size {}x{} (attributes 'height'/'width' or their scales) must be positive", h, w);
+  return {h, w};
+}
+
 int64_t sequence_axis(const Shape& data, const Attrs& a, bool only_zero) {
   if (data.size() < 2) fail("input 0 (data) has shape {}: the Sequence ops need (time, batch, ...)", shape_str(data));
   const int64_t axis = a.get_int("axis");

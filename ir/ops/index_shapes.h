@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace ampfuse::ir {
@@ -91,6 +92,11 @@ struct UpSamplingPlan {
   Shape out;
 };
 UpSamplingPlan upsampling_plan(const std::vector<Shape>& ins, const Attrs& attrs);
+
+// _contrib_BilinearResize2D's output height and width (NCHW): mode=size takes height/width,
+// or int(extent * scale_height/scale_width) when those are given; mode=like takes the second
+// input's. The other modes (odd_scale, to_even_down...) are refused.
+std::pair<int64_t, int64_t> bilinear_resize_size(const Shape& in, const Shape* like, const Attrs& attrs);
 
 // The Sequence* ops' sequence axis (0 or 1; SequenceReverse: 0) and the batch axis, the other.
 int64_t sequence_axis(const Shape& data, const Attrs& attrs, bool only_zero);

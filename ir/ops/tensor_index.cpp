@@ -1,7 +1,7 @@
 // Indexing, shape and data-movement ops the GluonCV model zoo uses beyond ir/ops/tensor.cpp:
 // _arange and _contrib_arange_like, reverse, tile, repeat, take, pick, one_hot, gather_nd,
 // reshape_like, shape_array / size_array, depth_to_space / space_to_depth, the legacy Crop,
-// Pad, UpSampling (nearest) and SequenceMask / SequenceLast / SequenceReverse.
+// Pad, UpSampling (nearest), _contrib_BilinearResize2D and SequenceMask / SequenceLast / SequenceReverse.
 // MXNet 1.9.1 names, attributes and defaults; shape rules in ir/ops/index_shapes.h, shared
 // with the reference kernels (runtime/reference/index_kernels.cpp).
 //
@@ -271,6 +271,23 @@ void register_windows(OpRegistry& r) {
     ctx.outputs[0] = TensorType{ctx.in(0).dtype, upsampling_plan(shapes, ctx.attrs).out};
   };
   r.add(std::move(up));
+
+  // Bilinear resize of NCHW data (DeepLab, PSPNet and FCN heads). The data lends its dtype;
+  // `like` (mode=like only) its height and width.
+  OpDef resize = make_op("_contrib_BilinearResize2D", OpKind::compute, {{"data"}, {"like", SlotRole::data, true}});
+  resize.attrs = {with_default("height", AttrKind::Int, int64_t{1}), with_default("width", AttrKind::Int, int64_t{1}),
+                  none_default("scale_height", AttrKind::Float), none_default("scale_width", AttrKind::Float),
+                  choice("mode", "size",
+                         {"like", "odd_scale", "size", "to_even_down", "to_even_up", "to_odd_down", "to_odd_up"}),
+                  with_default("align_corners", AttrKind::Bool, true)};
+  resize.num_inputs = [](const Attrs& a) { return a.get_string("mode") == "like" ? 2 : 1; };
+  resize.infer = [](InferContext& ctx) {
+    const TensorType& in = ctx.in(0);
+    const Shape* like = ctx.inputs.size() > 1 ? &ctx.in(1).shape : nullptr;
+    const auto [h, w] = bilinear_resize_size(in.shape, like, ctx.attrs);
+    ctx.outputs[0] = TensorType{in.dtype, {in.shape[0], in.shape[1], h, w}};
+  };
+  r.add(std::move(resize));
 }
 
 // ---- sequences --------------------------------------------------------------------------------

@@ -280,6 +280,55 @@ void upsampling(const ir::Node& n, Inputs in, Outputs out) {
   for (size_t i = 0; i < acc.size(); ++i) out[0].set_f64(static_cast<int64_t>(i), acc[i]);
 }
 
+// Bilinear resize as MXNet's CPU kernel computes it, in f32 (f64 for f64 data) and in its
+// order of operations: source position h1r = scale * h (align_corners) or
+// max(scale * (h + 0.5) - 0.5, 0), scale = (in - 1) / (out - 1) or in / out (0 for an output
+// extent of 1); the two neighbours h1 = int(h1r) and h1 + (h1 < in - 1); weights h1r - h1
+// and 1 - that. Equal sizes copy.
+template <class T>
+void bilinear_resize_in(const ir::Node& n, Inputs in, Outputs out) {
+  const Shape& s = in[0].shape();
+  const Shape& o = out[0].shape();
+  const bool align = n.attrs.get_bool("align_corners");
+  const int64_t planes = s[0] * s[1], ih = s[2], iw = s[3], oh = o[2], ow = o[3];
+  if (ih == oh && iw == ow) {
+    if (in[0].bytes()) std::memcpy(out[0].raw(), in[0].raw(), in[0].bytes());
+    return;
+  }
+  const auto scale = [&](int64_t from, int64_t to) -> T {
+    if (to <= 1) return T(0);
+    return align ? static_cast<T>(from - 1) / static_cast<T>(to - 1) : static_cast<T>(from) / static_cast<T>(to);
+  };
+  const auto source = [&](T sc, int64_t dst) -> T {
+    if (align) return sc * static_cast<T>(dst);
+    const T src = sc * (static_cast<T>(dst) + T(0.5)) - T(0.5);
+    return src < T(0) ? T(0) : src;
+  };
+  const T rh = scale(ih, oh), rw = scale(iw, ow);
+  for (int64_t y = 0; y < oh; ++y) {
+    const T h1r = source(rh, y);
+    const int64_t h1 = static_cast<int64_t>(h1r), h1p = h1 < ih - 1 ? 1 : 0;
+    const T h1l = h1r - static_cast<T>(h1), h0l = T(1) - h1l;
+    for (int64_t x = 0; x < ow; ++x) {
+      const T w1r = source(rw, x);
+      const int64_t w1 = static_cast<int64_t>(w1r), w1p = w1 < iw - 1 ? 1 : 0;
+      const T w1l = w1r - static_cast<T>(w1), w0l = T(1) - w1l;
+      for (int64_t p = 0; p < planes; ++p) {
+        const int64_t base = p * ih * iw;
+        const auto at = [&](int64_t r, int64_t c) { return static_cast<T>(in[0].get_f64(base + r * iw + c)); };
+        const T v = h0l * (w0l * at(h1, w1) + w1l * at(h1, w1 + w1p)) +
+                    h1l * (w0l * at(h1 + h1p, w1) + w1l * at(h1 + h1p, w1 + w1p));
+        out[0].set_f64(p * oh * ow + y * ow + x, static_cast<double>(v));
+      }
+    }
+  }
+}
+
+void bilinear_resize(const ir::Node& n, Inputs in, Outputs out) {
+  if (in[0].dtype() == DType::f64) bilinear_resize_in<double>(n, in, out);
+  else bilinear_resize_in<float>(n, in, out);
+}
+
 // ---- sequences ----------------------------------------------------------------------------------
 
 // Sequence lengths per batch entry, truncated; all `steps` without use_sequence_length.
@@ -366,6 +415,7 @@ void register_index_kernels() {
   register_reference_kernel("one_hot", one_hot);
   register_reference_kernel("Pad", pad);
   register_reference_kernel("UpSampling", upsampling);
+  register_reference_kernel("_contrib_BilinearResize2D", bilinear_resize);
   register_reference_kernel("SequenceMask", sequence_mask);
   register_reference_kernel("SequenceLast", sequence_last);
   register_reference_kernel("SequenceReverse", sequence_reverse);
