@@ -152,6 +152,8 @@ TEST(IndexOpsShapes, ErrorsNameTheAttributeOrInput) {
   EXPECT_NE(fails("take", {f32({3, 4}), f32({2})}, {{"mode", "bogus"}}).find("mode"), std::string::npos);
   EXPECT_NE(fails("pick", {f32({3, 4}), f32({4})}, {{"axis", "1"}}).find("input 1 (index)"), std::string::npos);
   EXPECT_NE(fails("pick", {f32({3, 4}), f32({3})}, {{"axis", "None"}}).find("attribute 'axis'"), std::string::npos);
+  EXPECT_NE(fails("pick", {f32({3, 0}), f32({3})}, {{"axis", "1"}}).find("empty"), std::string::npos);
+  EXPECT_NE(fails("take", {f32({0, 4}), f32({3})}, {}).find("empty"), std::string::npos);
   EXPECT_NE(fails("gather_nd", {f32({3, 4}), f32({3, 2})}, {}).find("input 1 (indices)"), std::string::npos);
   EXPECT_NE(fails("one_hot", {f32({3})}, {{"depth", "-2"}}).find("'depth'"), std::string::npos);
   EXPECT_NE(fails("reshape_like", {f32({3, 4}), f32({5, 2})}, {}).find("element count"), std::string::npos);

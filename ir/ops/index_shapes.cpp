@@ -90,6 +90,7 @@ Shape take_shape(const Shape& a, const Shape& indices, const Attrs& attrs) {
 
 Shape pick_shape(const Shape& data, const Shape& index, const Attrs& a) {
   const int64_t axis = resolve_axis(a.get_int("axis"), data, "axis");
+  if (data[axis] == 0) fail("cannot pick from dim {} of input {}: it is empty", axis, shape_str(data));
   Shape kept = data;
   kept[axis] = 1;
   Shape dropped = data;
@@ -119,6 +120,7 @@ IndexMode index_mode(const Attrs& a) {
 }
 
 int64_t fit_index(double raw, int64_t n, IndexMode mode, std::string_view what) {
+  if (n < 1) fail("{} from an empty dim", what);
   // MXNet converts index values with a C cast: truncation toward zero. NaN has no integer
   // value; it reads as 0 like the saturating conversions of ir/int_conversion.h.
   const double t = std::isnan(raw) ? 0.0 : std::trunc(raw);
