@@ -50,6 +50,7 @@ OpRegistry& OpRegistry::global() {
     register_elementwise_ops(*r);
     register_nn_ops(*r);
     register_tensor_ops(*r);
+    register_index_ops(*r);
     return r;
   }();
   return *registry;

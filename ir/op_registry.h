@@ -221,5 +221,6 @@ Attrs complete_attrs(const OpDef& def, Attrs given);
 void register_elementwise_ops(OpRegistry& r);
 void register_nn_ops(OpRegistry& r);
 void register_tensor_ops(OpRegistry& r);
+void register_index_ops(OpRegistry& r);
 
 }  // namespace ampfuse::ir

@@ -24,5 +24,6 @@ const ReferenceKernel* find_reference_kernel(std::string_view op);
 void register_reference_kernel(std::string op, ReferenceKernel k);
 void register_nn_kernels();
 void register_tensor_kernels();
+void register_index_kernels();
 
 }  // namespace ampfuse::runtime

@@ -27,6 +27,7 @@ const ReferenceKernel* find_reference_kernel(std::string_view op) {
   std::call_once(once, [] {
     register_nn_kernels();
     register_tensor_kernels();
+    register_index_kernels();
   });
   auto it = table().find(op);
   return it == table().end() ? nullptr : &it->second;
