@@ -5,17 +5,15 @@
 // MXNet 1.9.1 names, attributes and defaults; shape rules in ir/ops/index_shapes.h, shared
 // with the reference kernels (runtime/reference/index_kernels.cpp).
 //
-// AMP: every op here is in MXNet's FP16_FP32_FUNCS (fp16: runs in whatever type it gets).
-// MXNet's bf16 list puts them in FP32_FUNCS only because its CPU kernels lacked bf16; as for
-// the elementwise ops (ir/ops/elementwise.cpp), ampfuse has kernels for every dtype and
-// classes them neutral for bf16 too: none of them does arithmetic that 16 bits could
-// overflow (they copy, compare indices or write constants).
+// AMP: every op here is in MXNet 1.9.1's FP16_FP32_FUNCS (fp16: runs in whatever type it
+// gets) and in its bf16 list's FP32_FUNCS (bf16: runs in f32); ampfuse follows each
+// target's list (docs/mxnet_amp_facts.md).
 //
 // Index inputs (take's indices, pick's index, one_hot's indices, gather_nd's indices, the
-// Sequence ops' sequence_length) are marked `// index input` and kept out of AMP's casts
-// (index_input below): their values are positions, which AMP must never round to 16 bits
-// (bf16 holds integers exactly only up to 256). Without that, a neutral op that runs low
-// because its data is low would read its indices through a cast too.
+// Sequence ops' sequence_length) are InputSlot::index (index_input below): their values are
+// positions, which AMP must never round to 16 bits (bf16 holds integers exactly only up to
+// 256). Without that, a neutral op that runs low because its data is low would read its
+// indices through a cast too.
 //
 // Fusion: reshape_like is a view and fuses. reverse would be a negative-stride access map,
 // which the kernel generators do not take (see below). tile, repeat, depth_to_space and
@@ -43,18 +41,15 @@ OpDef make_op(std::string name, OpKind kind, std::vector<InputSlot> inputs) {
   OpDef d;
   d.name = std::move(name);
   d.kind = kind;
-  d.amp_bf16 = d.amp_fp16 = AmpClass::neutral;
+  d.amp_fp16 = AmpClass::neutral;  // MXNet 1.9.1: FP16_FP32_FUNCS
+  d.amp_bf16 = AmpClass::fp32;     // MXNet 1.9.1: the bf16 list's FP32_FUNCS
   d.inputs = std::move(inputs);
   return d;
 }
 
-// Marks input `slot` as holding indices: AMP reads it in its own type, never rounded to
-// 16 bits. Today through keep_fp32_inputs_* (AMP leaves such slots alone); once InputSlot
-// has its own index flag, this is the one place to set it.
-void index_input(OpDef& d, int slot) {  // index input
-  d.keep_fp32_inputs_bf16.push_back(slot);
-  d.keep_fp32_inputs_fp16.push_back(slot);
-}
+// Marks input `slot` as holding indices (InputSlot::index): AMP reads it in its own type,
+// never rounded to 16 bits.
+void index_input(OpDef& d, int slot) { d.inputs.at(slot).index = true; }
 
 // A one-input op whose output keeps the input's dtype, its shape computed from the input's.
 InferFn keep_dtype(std::function<Shape(const Shape&, const Attrs&)> shape_fn) {
