@@ -31,6 +31,25 @@ Value* lower_instr(const FloatOps& f, const ir::ScalarInstr& s, Value* a, Value*
     case ScalarOp::floor: return f.floor(a);
     case ScalarOp::ceil: return f.ceil(a);
     case ScalarOp::trunc: return f.trunc(a);
+    case ScalarOp::round: return f.b.CreateUnaryIntrinsic(llvm::Intrinsic::round, a);  // halves away from 0
+    case ScalarOp::fmod: return f.b.CreateFRem(a, b);  // LLVM's frem is C's fmod
+    case ScalarOp::sin:
+    case ScalarOp::cos:
+    case ScalarOp::tan:
+    case ScalarOp::asin:
+    case ScalarOp::acos:
+    case ScalarOp::atan:
+    case ScalarOp::sinh:
+    case ScalarOp::cosh:
+    case ScalarOp::asinh:
+    case ScalarOp::acosh:
+    case ScalarOp::atanh:
+    case ScalarOp::log2:
+    case ScalarOp::log10:
+    case ScalarOp::cbrt:
+    case ScalarOp::tgamma:
+    case ScalarOp::lgamma:
+    case ScalarOp::erfinv: return emit_library_call(f.b, s.op, a);
     case ScalarOp::isfinite: return from_bool(f, f.is_finite(a));
     case ScalarOp::round_to: return round_in_compute(f.b, a, s.dtype);
     case ScalarOp::add: return f.add(a, b);

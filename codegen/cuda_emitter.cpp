@@ -184,6 +184,25 @@ std::string math_fn(ScalarOp op, bool f64) {
     case ScalarOp::ceil: base = "ceil"; break;
     case ScalarOp::trunc: base = "trunc"; break;
     case ScalarOp::abs: base = "fabs"; break;
+    case ScalarOp::round: base = "round"; break;
+    case ScalarOp::fmod: base = "fmod"; break;
+    case ScalarOp::sin: base = "sin"; break;
+    case ScalarOp::cos: base = "cos"; break;
+    case ScalarOp::tan: base = "tan"; break;
+    case ScalarOp::asin: base = "asin"; break;
+    case ScalarOp::acos: base = "acos"; break;
+    case ScalarOp::atan: base = "atan"; break;
+    case ScalarOp::sinh: base = "sinh"; break;
+    case ScalarOp::cosh: base = "cosh"; break;
+    case ScalarOp::asinh: base = "asinh"; break;
+    case ScalarOp::acosh: base = "acosh"; break;
+    case ScalarOp::atanh: base = "atanh"; break;
+    case ScalarOp::log2: base = "log2"; break;
+    case ScalarOp::log10: base = "log10"; break;
+    case ScalarOp::cbrt: base = "cbrt"; break;
+    case ScalarOp::tgamma: base = "tgamma"; break;
+    case ScalarOp::lgamma: base = "lgamma"; break;  // CUDA's keeps no global sign
+    case ScalarOp::erfinv: base = "erfinv"; break;
     default: fail("internal error: no CUDA math function for {}", ir::scalar_op_name(op));
   }
   return f64 ? std::string(base) : std::string(base) + "f";
@@ -206,7 +225,26 @@ std::string instr_expr(const ir::ScalarInstr& s, const std::string& c, bool f64)
     case ScalarOp::log1p:
     case ScalarOp::expm1:
     case ScalarOp::erf:
-    case ScalarOp::tanh: return fmt::format("{}({})", math_fn(s.op, f64), a);
+    case ScalarOp::tanh:
+    case ScalarOp::round:
+    case ScalarOp::sin:
+    case ScalarOp::cos:
+    case ScalarOp::tan:
+    case ScalarOp::asin:
+    case ScalarOp::acos:
+    case ScalarOp::atan:
+    case ScalarOp::sinh:
+    case ScalarOp::cosh:
+    case ScalarOp::asinh:
+    case ScalarOp::acosh:
+    case ScalarOp::atanh:
+    case ScalarOp::log2:
+    case ScalarOp::log10:
+    case ScalarOp::cbrt:
+    case ScalarOp::tgamma:
+    case ScalarOp::lgamma:
+    case ScalarOp::erfinv: return fmt::format("{}({})", math_fn(s.op, f64), a);
+    case ScalarOp::fmod:
     case ScalarOp::pow: return fmt::format("{}({}, {})", math_fn(s.op, f64), a, b);
     // a + 0 turns -0 into +0 and keeps NaN, as the reference.
     case ScalarOp::sign: return fmt::format("({0} > {1} ? {2} : ({0} < {1} ? -{2} : {0} + {1}))", a, zero, one);

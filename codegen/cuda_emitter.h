@@ -17,6 +17,13 @@
 //      f64: exp 1, log 1, log1p 1, expm1 1, erf 2, tanh 1, pow 2
 //    The interpreter uses glibc (<= 1 ulp for these), so a fused GPU result is within the
 //    sum of both bounds of the interpreter's (kCudaTranscendentalUlp).
+//  - round and fmod are exact (roundf, fmodf). The library-call ops (ir/scalar_program.h)
+//    call CUDA's function of the same name, non-fast (erfinv: erfinvf/erfinv, not MXNet's
+//    algorithm). The same guide's table gives at most 4 ulp for the trigonometric,
+//    hyperbolic, log2/log10 and cbrt functions in f32 and f64, and more for tgamma (f32 5,
+//    f64 10), f64 erfinv (5) and lgamma (6 / 4 away from its zeros in (-11, -2.26), no ulp
+//    bound near them). Against the interpreter (glibc; MXNet's erfinv in double) add an ulp:
+//    tgamma, lgamma and erfinv can exceed kCudaTranscendentalUlp, the others stay within it.
 //
 // Kernel ABI (runtime/cuda/cuda_driver.cpp builds them; cuda_index_arguments() gives the scalars):
 //   NAME(long long count,                  element count, > 0

@@ -32,4 +32,8 @@ namespace ampfuse::codegen {
 // ir::is_transcendental's.
 llvm::Value* emit_transcendental(llvm::IRBuilder<>& b, ir::ScalarOp op, llvm::ArrayRef<llvm::Value*> args);
 
+// `op` (one of ir::is_library_call's) applied to x, a float or double: a call per element of
+// codegen/library_calls.h's library_symbol, the function the interpreter calls.
+llvm::Value* emit_library_call(llvm::IRBuilder<>& b, ir::ScalarOp op, llvm::Value* x);
+
 }  // namespace ampfuse::codegen

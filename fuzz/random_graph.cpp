@@ -151,14 +151,16 @@ class Generator {
     switch (pick(14)) {
       case 0: return unary(x, "Activation", {{"act_type", "relu"}});
       case 1: {
-        static constexpr const char* kOps[] = {"abs", "negative", "square", "sign", "floor", "ceil", "trunc",
-                                               "sqrt", "reciprocal", "rsqrt"};
-        return unary(x, kOps[pick(10)]);
+        static constexpr const char* kOps[] = {"abs",  "negative",   "square", "sign",  "floor", "ceil",
+                                               "trunc", "sqrt", "reciprocal", "rsqrt", "round", "rint"};
+        return unary(x, kOps[pick(12)]);
       }
       case 2: {
-        static constexpr const char* kOps[] = {"_mul_scalar", "_plus_scalar", "_minus_scalar", "_rminus_scalar",
-                                               "_div_scalar", "_rdiv_scalar", "_maximum_scalar", "_minimum_scalar"};
-        return unary(x, kOps[pick(8)], {{"scalar", scalar()}});
+        static constexpr const char* kOps[] = {"_mul_scalar",     "_plus_scalar",    "_minus_scalar",
+                                               "_rminus_scalar",  "_div_scalar",     "_rdiv_scalar",
+                                               "_maximum_scalar", "_minimum_scalar", "_mod_scalar",
+                                               "_rmod_scalar"};
+        return unary(x, kOps[pick(10)], {{"scalar", scalar()}});
       }
       case 3: return unary(x, "clip", {{"a_min", "-0.5"}, {"a_max", pick(2) ? "0.75" : "1e30"}});
       case 4:
@@ -217,7 +219,7 @@ class Generator {
 
   void transcendental_op() {
     const Value x = values_.back();
-    switch (pick(8)) {
+    switch (pick(12)) {
       case 0: return unary(x, "exp");
       case 1: return unary(x, "log");
       case 2: return unary(x, "tanh");
@@ -225,6 +227,11 @@ class Generator {
       case 4: return unary(x, "Activation", {{"act_type", "sigmoid"}});
       case 5: return unary(x, "Activation", {{"act_type", "softrelu"}});
       case 6: return unary(x, "expm1");
+      // Library calls (ir/scalar_program.h): exact on the CPU, within CUDA's bound on a GPU.
+      case 7: return unary(x, "sin");
+      case 8: return unary(x, "arctan");
+      case 9: return unary(x, "cbrt");
+      case 10: return unary(x, "log2");
       default: return unary(x, "log1p");
     }
   }

@@ -22,6 +22,24 @@ std::string_view scalar_op_name(ScalarOp op) {
     case ScalarOp::floor: return "floor";
     case ScalarOp::ceil: return "ceil";
     case ScalarOp::trunc: return "trunc";
+    case ScalarOp::round: return "round";
+    case ScalarOp::sin: return "sin";
+    case ScalarOp::cos: return "cos";
+    case ScalarOp::tan: return "tan";
+    case ScalarOp::asin: return "asin";
+    case ScalarOp::acos: return "acos";
+    case ScalarOp::atan: return "atan";
+    case ScalarOp::sinh: return "sinh";
+    case ScalarOp::cosh: return "cosh";
+    case ScalarOp::asinh: return "asinh";
+    case ScalarOp::acosh: return "acosh";
+    case ScalarOp::atanh: return "atanh";
+    case ScalarOp::log2: return "log2";
+    case ScalarOp::log10: return "log10";
+    case ScalarOp::cbrt: return "cbrt";
+    case ScalarOp::tgamma: return "tgamma";
+    case ScalarOp::lgamma: return "lgamma";
+    case ScalarOp::erfinv: return "erfinv";
     case ScalarOp::isfinite: return "isfinite";
     case ScalarOp::round_to: return "round_to";
     case ScalarOp::add: return "add";
@@ -29,6 +47,7 @@ std::string_view scalar_op_name(ScalarOp op) {
     case ScalarOp::mul: return "mul";
     case ScalarOp::div: return "div";
     case ScalarOp::pow: return "pow";
+    case ScalarOp::fmod: return "fmod";
     case ScalarOp::max: return "max";
     case ScalarOp::min: return "min";
     case ScalarOp::eq: return "eq";
@@ -51,6 +70,7 @@ int scalar_op_arity(ScalarOp op) {
     case ScalarOp::mul:
     case ScalarOp::div:
     case ScalarOp::pow:
+    case ScalarOp::fmod:
     case ScalarOp::max:
     case ScalarOp::min:
     case ScalarOp::eq:
@@ -73,6 +93,29 @@ bool is_transcendental(ScalarOp op) {
     case ScalarOp::erf:
     case ScalarOp::tanh:
     case ScalarOp::pow: return true;
+    default: return false;
+  }
+}
+
+bool is_library_call(ScalarOp op) {
+  switch (op) {
+    case ScalarOp::sin:
+    case ScalarOp::cos:
+    case ScalarOp::tan:
+    case ScalarOp::asin:
+    case ScalarOp::acos:
+    case ScalarOp::atan:
+    case ScalarOp::sinh:
+    case ScalarOp::cosh:
+    case ScalarOp::asinh:
+    case ScalarOp::acosh:
+    case ScalarOp::atanh:
+    case ScalarOp::log2:
+    case ScalarOp::log10:
+    case ScalarOp::cbrt:
+    case ScalarOp::tgamma:
+    case ScalarOp::lgamma:
+    case ScalarOp::erfinv: return true;
     default: return false;
   }
 }

@@ -25,10 +25,16 @@ enum class ScalarOp : uint8_t {
   constant,  // value = constant (rounded to the compute type)
   // unary
   neg, abs, sign, exp, log, log1p, expm1, sqrt, rsqrt, erf, tanh, floor, ceil, trunc,
+  round,  // to the nearest integer, halves away from zero (C round)
+  // unary, evaluated by calling a library function (is_library_call)
+  sin, cos, tan, asin, acos, atan, sinh, cosh, asinh, acosh, atanh, log2, log10, cbrt,
+  tgamma, lgamma,  // lgamma: log |gamma(x)|
+  erfinv,          // MXNet's erfinv (ir/special_functions.h), evaluated in f64
   isfinite,  // 1 if finite else 0
   round_to,  // round to `dtype` and back to the compute type (a cast inside a program)
   // binary
   add, sub, mul, div, pow,
+  fmod,  // C fmod: x - trunc(x / y) * y exactly, the sign of x; fmod(x, 0) = NaN
   max, min,  // NaN-propagating, see below
   eq, ne, lt, le, gt, ge,  // 1 or 0
   // ternary
@@ -40,6 +46,10 @@ int scalar_op_arity(ScalarOp op);  // 0 for input/constant
 // exp, log, log1p, expm1, erf, tanh, pow: the ops that backends evaluate within a stated
 // ULP bound (codegen/vector_math.h) and that cost the most to compile.
 bool is_transcendental(ScalarOp op);
+// sin ... lgamma, erfinv: the ops that backends evaluate by calling a library function per
+// element instead of inlining code (see "library calls" below). A call compiles like one
+// instruction, so the planner counts them as instructions, not as transcendental cost.
+bool is_library_call(ScalarOp op);
 
 // Semantics of the primitives, for every backend:
 //  - max/min propagate NaN: max(NaN, x) = max(x, NaN) = NaN (MXNet's maximum/relu do).
@@ -51,6 +61,22 @@ bool is_transcendental(ScalarOp op);
 //    to bool: x != 0.
 //  - exp, log, log1p, expm1, sqrt, rsqrt, erf, tanh, pow: as the C library computes them
 //    in the compute type (the interpreter's reference); fused code states its ULP bound.
+//  - round is C's round (halves away from zero: round(-2.5) = -3, round(-0.4) = -0); fmod is
+//    C's fmod, exact. Both are exact in every backend.
+//  - library calls: sin cos tan asin acos atan sinh cosh asinh acosh atanh log2 log10 cbrt
+//    tgamma lgamma are the C library's functions of the compute type (sinf for f32, sin for
+//    f64; lgamma through the reentrant lgamma_r). MXNet's CPU kernels call exactly these
+//    functions (math_functions-inl.h), so glibc gives MXNet's bits. The interpreter and the
+//    LLVM kernels call the same symbols of this process (the kernels per element, in a
+//    scalarized loop: no vector version exists to be equal to), so fused CPU results are
+//    bit-equal to the interpreter's. CUDA kernels call CUDA's functions of the same name,
+//    within the ulp bounds codegen/cuda_emitter.h lists.
+//    No composition from exp/log would do: in f32, logf(x) * (1/ln 2) differs from log2f(x)
+//    on 30% of random inputs and on 4 of the 41 powers of two 2^-20..2^20, and the f32
+//    polynomials of codegen/vector_math.h would add their own error to the interpreter's.
+//  - erfinv is MXNet's own algorithm (cephes ndtri, in double, rounded once to the compute
+//    type): ir/special_functions.h, one C++ function the interpreter and the LLVM kernels
+//    both call. CUDA kernels use CUDA's erfinvf/erfinv (within their ulp bound).
 struct ScalarInstr {
   ScalarOp op;
   int32_t a = -1, b = -1, c = -1;  // operands: earlier instruction indices

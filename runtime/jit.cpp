@@ -2,6 +2,7 @@
 
 #include "codegen/llvm_target.h"
 #include "ir/error.h"
+#include "ir/special_functions.h"
 
 #include <llvm/ExecutionEngine/Orc/ExecutionUtils.h>
 #include <llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h>
@@ -47,6 +48,14 @@ Jit::Jit() : impl_(std::make_unique<Impl>()) {
   const char prefix = impl_->jit->getDataLayout().getGlobalPrefix();
   auto process = take(llvm::orc::DynamicLibrarySearchGenerator::GetForCurrentProcess(prefix), "process symbols");
   impl_->jit->getMainJITDylib().addGenerator(std::move(process));
+  // The kernel helpers (ir/special_functions.h) live in this executable, whose symbols the
+  // process search above need not see: bind them by address.
+  llvm::orc::SymbolMap helpers;
+  for (const ir::KernelHelperSymbol& s : ir::kernel_helper_symbols())
+    helpers[impl_->jit->mangleAndIntern(s.name)] = {llvm::orc::ExecutorAddr::fromPtr(s.address),
+                                                    llvm::JITSymbolFlags::Exported | llvm::JITSymbolFlags::Callable};
+  if (llvm::Error e = impl_->jit->getMainJITDylib().define(llvm::orc::absoluteSymbols(std::move(helpers))))
+    fail("LLVM JIT: defining kernel helper symbols: {}", message(std::move(e)));
 }
 
 Jit::~Jit() = default;

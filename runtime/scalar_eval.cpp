@@ -15,6 +15,7 @@
 #include "ir/error.h"
 #include "ir/int_conversion.h"
 #include "ir/lowp.h"
+#include "ir/special_functions.h"
 
 #include <algorithm>
 #include <cmath>
@@ -250,6 +251,29 @@ void run_instr(const ScalarInstr& s, T* r, const T* a, const T* b, const T* c, i
     case ScalarOp::floor: return map1(r, a, n, [](T x) { return std::floor(x); });
     case ScalarOp::ceil: return map1(r, a, n, [](T x) { return std::ceil(x); });
     case ScalarOp::trunc: return map1(r, a, n, [](T x) { return std::trunc(x); });
+    case ScalarOp::round: return map1(r, a, n, [](T x) { return std::round(x); });
+    // The C library's function of T: sinf for float, sin for double (see library calls).
+    case ScalarOp::sin: return map1(r, a, n, [](T x) { return std::sin(x); });
+    case ScalarOp::cos: return map1(r, a, n, [](T x) { return std::cos(x); });
+    case ScalarOp::tan: return map1(r, a, n, [](T x) { return std::tan(x); });
+    case ScalarOp::asin: return map1(r, a, n, [](T x) { return std::asin(x); });
+    case ScalarOp::acos: return map1(r, a, n, [](T x) { return std::acos(x); });
+    case ScalarOp::atan: return map1(r, a, n, [](T x) { return std::atan(x); });
+    case ScalarOp::sinh: return map1(r, a, n, [](T x) { return std::sinh(x); });
+    case ScalarOp::cosh: return map1(r, a, n, [](T x) { return std::cosh(x); });
+    case ScalarOp::asinh: return map1(r, a, n, [](T x) { return std::asinh(x); });
+    case ScalarOp::acosh: return map1(r, a, n, [](T x) { return std::acosh(x); });
+    case ScalarOp::atanh: return map1(r, a, n, [](T x) { return std::atanh(x); });
+    case ScalarOp::log2: return map1(r, a, n, [](T x) { return std::log2(x); });
+    case ScalarOp::log10: return map1(r, a, n, [](T x) { return std::log10(x); });
+    case ScalarOp::cbrt: return map1(r, a, n, [](T x) { return std::cbrt(x); });
+    case ScalarOp::tgamma: return map1(r, a, n, [](T x) { return std::tgamma(x); });
+    case ScalarOp::lgamma:
+      // The kernels' reentrant helpers: std::lgamma would write the global signgam.
+      if constexpr (std::is_same_v<T, float>) return map1(r, a, n, [](T x) { return ampfuse_lgammaf(x); });
+      else return map1(r, a, n, [](T x) { return ampfuse_lgamma(x); });
+    case ScalarOp::erfinv:
+      return map1(r, a, n, [](T x) { return static_cast<T>(ir::mxnet_erfinv(static_cast<double>(x))); });
     case ScalarOp::isfinite: return map1(r, a, n, [](T x) { return std::isfinite(x) ? T(1) : T(0); });
     case ScalarOp::round_to: {
       const DType d = s.dtype;
@@ -260,6 +284,7 @@ void run_instr(const ScalarInstr& s, T* r, const T* a, const T* b, const T* c, i
     case ScalarOp::mul: return map2(r, a, b, n, [](T x, T y) { return x * y; });
     case ScalarOp::div: return map2(r, a, b, n, [](T x, T y) { return x / y; });
     case ScalarOp::pow: return map2(r, a, b, n, [](T x, T y) { return std::pow(x, y); });
+    case ScalarOp::fmod: return map2(r, a, b, n, [](T x, T y) { return std::fmod(x, y); });
     // NaN-propagating: a NaN `x` is returned by the x != x test, a NaN `y` by the fallback.
     case ScalarOp::max: return map2(r, a, b, n, [](T x, T y) { return x > y ? x : (x != x ? x : y); });
     case ScalarOp::min: return map2(r, a, b, n, [](T x, T y) { return x < y ? x : (x != x ? x : y); });

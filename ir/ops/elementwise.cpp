@@ -33,8 +33,9 @@
 //  - ops compute in f32 and round once to the output dtype, where MXNet's half kernels may
 //    round after every step (add_n of three f16 tensors);
 //  - sign(NaN) is NaN (the ScalarOp::sign contract), where MXNet gives 0.
-// Not registered: broadcast_mod/_mod_scalar (Python-style modulo needs an fmod primitive that
-// ir/scalar_program.h does not have) and the trigonometric unary ops (no primitives either).
+// The math functions beyond these (trigonometric, gamma, erfinv, round/rint, mod...) are in
+// ir/ops/elementwise_math.cpp.
+#include "ir/ops/elementwise_math.h"
 #include "ir/ops/op_helpers.h"
 
 #include "ir/error.h"
@@ -513,6 +514,7 @@ void register_elementwise_ops(OpRegistry& r) {
   register_activations(r);
   register_casts(r);
   register_misc(r);
+  register_elementwise_math_ops(r);
 }
 
 }  // namespace ampfuse::ir
