@@ -12,15 +12,13 @@
 //    MXNet writes 180.0f / PI;
 //  - erfinv is MXNet's own (ir/special_functions.h); gamma/gammaln are tgamma/lgamma.
 //
-// AMP classes from MXNet's symbol_fp16.py (FP16_FP32_FUNCS = neutral, FP32_FUNCS = fp32,
-// WIDEST_TYPE_CASTS = widest). bf16 takes the fp16 class, as ir/ops/elementwise.cpp explains:
-// MXNet's bf16 list puts every one of these ops in FP32_FUNCS only because its CPU kernels
-// had no bf16 version; ampfuse computes them in f32 for any input dtype.
-//   neutral  sin cos arctan arcsinh arccosh degrees radians cbrt round rint hard_sigmoid
-//            _mod_scalar _rmod_scalar
-//   fp32     tan arcsin arccos sinh cosh arctanh log2 log10 rcbrt gamma gammaln erfinv
-//            smooth_l1
-//   widest   _mod broadcast_mod
+// AMP classes from MXNet 1.9.1's lists, per target (symbol_fp16.py, symbol_bf16.py):
+//   fp16 neutral, bf16 fp32   sin cos arctan arcsinh arccosh degrees radians cbrt round rint
+//                             hard_sigmoid _mod_scalar _rmod_scalar (FP16_FP32_FUNCS in the
+//                             fp16 list, FP32_FUNCS in the bf16 one)
+//   fp32                      tan arcsin arccos sinh cosh arctanh log2 log10 rcbrt gamma
+//                             gammaln erfinv smooth_l1
+//   widest                    _mod broadcast_mod
 #include "ir/ops/elementwise_math.h"
 
 #include "ir/ops/op_helpers.h"
@@ -37,7 +35,7 @@ using Val = ScalarBuilder::Val;
 struct Amp {
   AmpClass fp16, bf16;
 };
-constexpr Amp kNeutral{AmpClass::neutral, AmpClass::neutral};
+constexpr Amp kNeutralFp16{AmpClass::neutral, AmpClass::fp32};
 constexpr Amp kFp32{AmpClass::fp32, AmpClass::fp32};
 constexpr Amp kWidest{AmpClass::widest, AmpClass::widest};
 
@@ -94,15 +92,15 @@ void register_unary_math(OpRegistry& r) {
     Amp amp;
   };
   const Unary library_ops[] = {
-      {"sin", ScalarOp::sin, kNeutral},       {"cos", ScalarOp::cos, kNeutral},
+      {"sin", ScalarOp::sin, kNeutralFp16},       {"cos", ScalarOp::cos, kNeutralFp16},
       {"tan", ScalarOp::tan, kFp32},          {"arcsin", ScalarOp::asin, kFp32},
-      {"arccos", ScalarOp::acos, kFp32},      {"arctan", ScalarOp::atan, kNeutral},
+      {"arccos", ScalarOp::acos, kFp32},      {"arctan", ScalarOp::atan, kNeutralFp16},
       {"sinh", ScalarOp::sinh, kFp32},        {"cosh", ScalarOp::cosh, kFp32},
-      {"arcsinh", ScalarOp::asinh, kNeutral}, {"arccosh", ScalarOp::acosh, kNeutral},
+      {"arcsinh", ScalarOp::asinh, kNeutralFp16}, {"arccosh", ScalarOp::acosh, kNeutralFp16},
       {"arctanh", ScalarOp::atanh, kFp32},    {"log2", ScalarOp::log2, kFp32},
-      {"log10", ScalarOp::log10, kFp32},      {"cbrt", ScalarOp::cbrt, kNeutral},
+      {"log10", ScalarOp::log10, kFp32},      {"cbrt", ScalarOp::cbrt, kNeutralFp16},
       {"gamma", ScalarOp::tgamma, kFp32},     {"gammaln", ScalarOp::lgamma, kFp32},
-      {"erfinv", ScalarOp::erfinv, kFp32},    {"round", ScalarOp::round, kNeutral},
+      {"erfinv", ScalarOp::erfinv, kFp32},    {"round", ScalarOp::round, kNeutralFp16},
   };
   for (const Unary& u : library_ops) {
     OpDef d = elementwise_op(u.name, {{"data"}}, u.amp);
@@ -117,11 +115,11 @@ void register_unary_math(OpRegistry& r) {
     Amp amp;
   };
   const Composed composed_ops[] = {
-      {"rint", mxnet_rint, kNeutral},
+      {"rint", mxnet_rint, kNeutralFp16},
       // 1.0f / cbrt(x), in the compute type.
       {"rcbrt", [](ScalarBuilder& b, Val x) { return b.div(b.constant(1), b.unary(ScalarOp::cbrt, x)); }, kFp32},
-      {"degrees", [](ScalarBuilder& b, Val x) { return b.mul(b.constant(degrees_per_radian()), x); }, kNeutral},
-      {"radians", [](ScalarBuilder& b, Val x) { return b.mul(b.constant(radians_per_degree()), x); }, kNeutral},
+      {"degrees", [](ScalarBuilder& b, Val x) { return b.mul(b.constant(degrees_per_radian()), x); }, kNeutralFp16},
+      {"radians", [](ScalarBuilder& b, Val x) { return b.mul(b.constant(radians_per_degree()), x); }, kNeutralFp16},
   };
   for (const Composed& c : composed_ops) {
     OpDef d = elementwise_op(c.name, {{"data"}}, c.amp);
@@ -130,7 +128,7 @@ void register_unary_math(OpRegistry& r) {
     r.add(std::move(d));
   }
 
-  OpDef hard_sigmoid = elementwise_op("hard_sigmoid", {{"data"}}, kNeutral);
+  OpDef hard_sigmoid = elementwise_op("hard_sigmoid", {{"data"}}, kNeutralFp16);
   hard_sigmoid.attrs = {{"alpha", AttrKind::Float, 0.2, {}}, {"beta", AttrKind::Float, 0.5, {}}};
   hard_sigmoid.infer = infer_like_input;
   hard_sigmoid.recipe = [](ScalarBuilder& b, const Attrs& a) -> std::vector<Val> {
@@ -186,7 +184,7 @@ void register_mod(OpRegistry& r) {
   for (const auto& [name, alias, scalar_first] :
        {std::tuple{"_mod_scalar", "_ModScalar", false}, std::tuple{"_rmod_scalar", "_RModScalar", true}}) {
     const bool reversed = scalar_first;
-    OpDef d = elementwise_op(name, {{"data"}}, kNeutral);
+    OpDef d = elementwise_op(name, {{"data"}}, kNeutralFp16);
     d.aliases = {alias};
     d.attrs = {{"scalar", AttrKind::Float, std::nullopt, {}}};
     d.ignored_attrs = {"is_int"};
