@@ -1,6 +1,7 @@
 #include "ir/op_registry.h"
 
 #include "ir/error.h"
+#include "ir/ops/contrib_detection.h"
 
 #include <algorithm>
 
@@ -50,6 +51,7 @@ OpRegistry& OpRegistry::global() {
     register_elementwise_ops(*r);
     register_nn_ops(*r);
     register_tensor_ops(*r);
+    register_contrib_detection_ops(*r);
     return r;
   }();
   return *registry;

@@ -7,7 +7,6 @@ NAME it writes into OUT_ROOT/NAME:
   started                                 written first (the parent times the model from it)
   model-symbol.json, model-0000.params   what HybridBlock.export writes
   input/data.npy                          the input (uniform in [-1, 1), seed 0)
-  weights/<name>.npy                      every weight, for `ampfuse run --inputs NAME=FILE`
   ref_f32/<k>.npy                         MXNet's k-th output in f32
   ref_bf16/<k>.npy                        the same under MXNet's bf16 AMP, where MXNet runs it
   export.json                             what happened: status, shapes, timings, errors
@@ -112,10 +111,6 @@ def export_one(name, out_dir, h, w):
         os.makedirs(os.path.join(out_dir, "input"), exist_ok=True)
         np.save(os.path.join(out_dir, "input", "data.npy"), x.asnumpy())
         params = mx.nd.load(os.path.join(out_dir, "model-0000.params"))
-        os.makedirs(os.path.join(out_dir, "weights"), exist_ok=True)
-        for key, value in params.items():
-            var = key.split(":", 1)[1] if ":" in key else key
-            np.save(os.path.join(out_dir, "weights", var + ".npy"), value.asnumpy())
         info["outputs_f32"] = save_outputs(outs, os.path.join(out_dir, "ref_f32"))
         info["weights"] = len(params)
         info["status"] = "exported"

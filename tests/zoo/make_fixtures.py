@@ -3,7 +3,8 @@
 
 Per model: model-symbol.json, data.npy (the input), weights/<name>.npy (every weight),
 mxnet_f32/<k>.npy and mxnet_bf16/<k>.npy (MXNet's outputs).
-tests/zoo_models_test.cpp runs ampfuse on them. Usage: make_fixtures.py OUT NAME...
+tests/zoo_models_test.cpp runs ampfuse on them. Usage (with the corpus venv's Python, which
+has MXNet to read the .params): make_fixtures.py OUT NAME...
 """
 import json
 import os
@@ -11,6 +12,8 @@ import shutil
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import zoo  # noqa: E402 (write_weights)
 DEST = os.path.join(HERE, "..", "data", "zoo")
 
 
@@ -25,7 +28,9 @@ def main():
         os.makedirs(dst)
         shutil.copy(os.path.join(src, "model-symbol.json"), dst)
         shutil.copy(os.path.join(src, "input", "data.npy"), dst)
+        zoo.write_weights(src)
         shutil.copytree(os.path.join(src, "weights"), os.path.join(dst, "weights"))
+        shutil.rmtree(os.path.join(src, "weights"))
         shutil.copytree(os.path.join(src, "ref_f32"), os.path.join(dst, "mxnet_f32"))
         shutil.copytree(os.path.join(src, "ref_bf16"), os.path.join(dst, "mxnet_bf16"))
         print(name, "->", dst)

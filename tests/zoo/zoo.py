@@ -26,6 +26,7 @@ import json
 import os
 import queue
 import re
+import shutil
 import subprocess
 import sys
 import threading
@@ -210,11 +211,23 @@ def weight_args(model_dir):
     """The weights for `ampfuse run`: one --inputs NAME=FILE.npy each.
 
     When `ampfuse run --params FILE` exists, this becomes
-    ["--params", os.path.join(model_dir, "model-0000.params")]."""
+    ["--params", os.path.join(model_dir, "model-0000.params")]
+    (and write_weights/remove_weights in check_model go)."""
     args = []
     for f in sorted(os.listdir(os.path.join(model_dir, "weights"))):
         args += ["--inputs", f"{f[:-4]}={os.path.join(model_dir, 'weights', f)}"]
     return args
+
+
+def write_weights(model_dir):
+    """model-0000.params as weights/NAME.npy, one a variable (written for the ampfuse runs,
+    removed after them: the corpus's weights would not fit on a disk twice)."""
+    import mxnet as mx
+    folder = os.path.join(model_dir, "weights")
+    shutil.rmtree(folder, ignore_errors=True)
+    os.makedirs(folder)
+    for key, value in mx.nd.load(os.path.join(model_dir, "model-0000.params")).items():
+        np.save(os.path.join(folder, key.split(":", 1)[-1] + ".npy"), value.asnumpy())
 
 
 def first_error(stderr, returncode):
@@ -273,10 +286,16 @@ def run_ampfuse(ampfuse, model_dir, amp, engine, timeout):
     if engine == "interpreter":
         cmd += ["--interpreter"]
     t0 = time.time()
-    try:
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return None, f"ampfuse run took over {timeout} s", timeout
+    for attempt in range(3):
+        try:
+            r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+            break
+        except subprocess.TimeoutExpired:
+            return None, f"ampfuse run took over {timeout} s", timeout
+        except OSError as e:  # the binary is being rebuilt under a long run: wait for the linker
+            if attempt == 2:
+                return None, f"cannot run {ampfuse}: {e}", 0
+            time.sleep(30)
     seconds = round(time.time() - t0, 1)
     if r.returncode != 0:
         return None, first_error(r.stderr, r.returncode), seconds
@@ -303,20 +322,30 @@ def check_model(ampfuse, model_dir, engine, timeout, op_cache):
         mx_bf16_err, _ = compare([os.path.join(model_dir, "ref_bf16", f"{k}.npy") for k in range(n_ref)],
                                  os.path.join(model_dir, "ref_f32"), n_ref)
         res["mxnet_bf16_err"] = mx_bf16_err
-    for amp in ("f32", "bf16"):
-        saved, err, seconds = run_ampfuse(ampfuse, model_dir, amp, engine, timeout)
-        res[f"{amp}_seconds"] = seconds
-        res[f"{amp}_runs"] = saved is not None
-        if saved is None:
-            res.setdefault("error", f"{amp}: {err}")
-            continue
-        worst, err = compare(saved, os.path.join(model_dir, "ref_f32"), n_ref)
-        res[f"{amp}_err"] = worst
-        tol = F32_TOL if amp == "f32" else max(BF16_TOL, 2 * (mx_bf16_err or 0))
-        res[f"{amp}_matches"] = worst is not None and worst <= tol
-        if not res[f"{amp}_matches"]:
-            res.setdefault("error", f"{amp}: " + (err or f"error {worst:.3g} > {tol:.3g} of the largest |value|"))
+    write_weights(model_dir)
+    try:
+        for amp in ("f32", "bf16"):
+            run_and_compare(ampfuse, model_dir, amp, engine, timeout, n_ref, mx_bf16_err, res)
+    finally:
+        shutil.rmtree(os.path.join(model_dir, "weights"), ignore_errors=True)
     return res
+
+
+def run_and_compare(ampfuse, model_dir, amp, engine, timeout, n_ref, mx_bf16_err, res):
+    """One `ampfuse run` (f32 or bf16 AMP) against MXNet's f32 outputs, recorded in res."""
+    saved, err, seconds = run_ampfuse(ampfuse, model_dir, amp, engine, timeout)
+    res[f"{amp}_seconds"] = seconds
+    res[f"{amp}_runs"] = saved is not None
+    if saved is None:
+        res.setdefault("error", f"{amp}: {err}")
+        return
+    worst, err = compare(saved, os.path.join(model_dir, "ref_f32"), n_ref)
+    shutil.rmtree(os.path.join(model_dir, f"ampfuse_{amp}"), ignore_errors=True)
+    res[f"{amp}_err"] = worst
+    tol = F32_TOL if amp == "f32" else max(BF16_TOL, 2 * (mx_bf16_err or 0))
+    res[f"{amp}_matches"] = worst is not None and worst <= tol
+    if not res[f"{amp}_matches"]:
+        res.setdefault("error", f"{amp}: " + (err or f"error {worst:.3g} > {tol:.3g} of the largest |value|"))
 
 
 def binary_stamp(path):
