@@ -2,7 +2,9 @@
 // detection_kernels.cpp) against MXNet 1.9.1: tests/data/detection/cases.json holds inputs,
 // attributes and MXNet's outputs (written by tests/data/detection/make_cases.py): box_nms's
 // sort order and ties, topk, valid_thresh, id_index, force_suppress, background_id, the
-// formats, the -1 rows; box_decode's formats, stds and clip. Then type inference's refusals.
+// formats, the -1 rows; box_decode's formats, stds and clip; ROIAlign's adaptive and fixed
+// sampling grids, `aligned`, regions partly or wholly outside the features, a negative
+// batch index. Then type inference's refusals.
 #include "ir/builder.h"
 #include "ir/error.h"
 #include "ir/op_registry.h"
@@ -101,6 +103,16 @@ TEST(ContribDetection, InferenceRefusesWhatMxnetRefuses) {
                 .find("must be (1, 5, 4)"),
             std::string::npos);
   EXPECT_EQ(inference_error("_contrib_box_decode", {{DType::f32, {2, 5, 4}}, {DType::f32, {1, 5, 4}}}, {}), "no error");
+  const TensorType features{DType::f32, {1, 8, 16, 16}};
+  const Attrs roi = {{"pooled_size", "(7, 7)"}, {"spatial_scale", "0.0625"}};
+  EXPECT_NE(inference_error("_contrib_ROIAlign", {features, {DType::f32, {4, 4}}}, roi).find("must be (R, 5)"),
+            std::string::npos);
+  Attrs psroi = roi;
+  psroi["position_sensitive"] = "True";
+  EXPECT_NE(inference_error("_contrib_ROIAlign", {features, {DType::f32, {4, 5}}}, psroi).find("not supported"),
+            std::string::npos);
+  EXPECT_EQ(one_node("_contrib_ROIAlign", {features, {DType::f32, {4, 5}}}, roi).nodes.back().outputs[0].shape,
+            (Shape{4, 8, 7, 7}));
 }
 
 TEST(ContribDetection, AmpClassesFromMxnetsLists) {
@@ -109,6 +121,8 @@ TEST(ContribDetection, AmpClassesFromMxnetsLists) {
   EXPECT_EQ(nms.amp_fp16, ir::AmpClass::widest);
   EXPECT_EQ(&ir::OpRegistry::global().resolve("_contrib_box_non_maximum_suppression"), &nms);
   EXPECT_EQ(ir::OpRegistry::global().get("_contrib_box_decode").amp_bf16, ir::AmpClass::fp32);
+  EXPECT_EQ(ir::OpRegistry::global().get("_contrib_ROIAlign").amp_bf16, ir::AmpClass::widest);
+  EXPECT_EQ(ir::OpRegistry::global().get("_contrib_ROIAlign").amp_fp16, ir::AmpClass::widest);
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 // MXNet's contrib detection ops that GluonCV's detectors export: _contrib_box_nms (SSD,
-// YOLOv3, Faster R-CNN, CenterNet) and _contrib_box_decode (SSD). Schemas and type
+// YOLOv3, Faster R-CNN), _contrib_box_decode (SSD) and _contrib_ROIAlign (Faster and Mask
+// R-CNN). Schemas and type
 // inference; runtime/reference/detection_kernels.cpp computes them, with MXNet 1.9.1's
 // semantics (src/operator/contrib/bounding_box-inl.h), docs/ops.md "Contrib detection ops".
 #include "ir/ops/contrib_detection.h"
@@ -88,11 +89,44 @@ OpDef box_decode_def() {
   return d;
 }
 
+// ROIAlign: features (N, C, H, W) and regions (R, 5) rows (batch index, x1, y1, x2, y2)
+// in image coordinates -> (R, C, PH, PW).
+OpDef roi_align_def() {
+  OpDef d;
+  d.name = "_contrib_ROIAlign";
+  d.kind = OpKind::compute;
+  d.inputs = {{"data"}, {"rois"}};
+  d.attrs = {nn::required("pooled_size", AttrKind::IntList), nn::required("spatial_scale", AttrKind::Float),
+             optional("sample_ratio", AttrKind::Int, int64_t{-1}), optional("position_sensitive", AttrKind::Bool, false),
+             optional("aligned", AttrKind::Bool, false)};
+  d.infer = [](InferContext& ctx) {
+    const std::vector<int64_t>& pooled = ctx.attrs.get_ints("pooled_size");
+    if (pooled.size() != 2 || pooled[0] < 1 || pooled[1] < 1)
+      fail("pooled_size must be two positive extents (h, w), not {} of them", pooled.size());
+    // GluonCV never asks for the position-sensitive variant (R-FCN's).
+    if (ctx.attrs.get_bool("position_sensitive")) fail("position_sensitive=True is not supported");
+    const TensorType* data = known_input(ctx, 0);
+    const TensorType* rois = known_input(ctx, 1);
+    if (!data || !rois) return;
+    require_float(*data, "the features");
+    if (data->shape.size() != 4) fail("the features {} must be (N, C, H, W)", shape_str(data->shape));
+    if (rois->dtype != data->dtype)
+      fail("the rois are {} but the features {}", dtype_name(rois->dtype), dtype_name(data->dtype));
+    if (rois->shape.size() != 2 || rois->shape[1] != 5)
+      fail("the rois {} must be (R, 5): batch index, x1, y1, x2, y2", shape_str(rois->shape));
+    ctx.outputs[0] = TensorType{data->dtype, {rois->shape[0], data->shape[1], pooled[0], pooled[1]}};
+  };
+  // MXNet 1.9.1: WIDEST_TYPE_CASTS for both targets.
+  d.amp_bf16 = d.amp_fp16 = AmpClass::widest;
+  return d;
+}
+
 }  // namespace
 
 void register_contrib_detection_ops(OpRegistry& r) {
   r.add(box_nms_def());
   r.add(box_decode_def());
+  r.add(roi_align_def());
 }
 
 }  // namespace ampfuse::ir

@@ -1,4 +1,5 @@
-// MXNet's contrib detection ops (_contrib_box_nms, _contrib_box_decode): registered by
+// MXNet's contrib detection ops (_contrib_box_nms, _contrib_box_decode,
+// _contrib_ROIAlign): registered by
 // OpRegistry::global() (ir/op_registry.cpp); docs/ops.md "Contrib detection ops".
 #pragma once
 

@@ -148,11 +148,104 @@ void box_decode(const ir::Node& node, std::span<const Tensor> in, std::span<Tens
   });
 }
 
+// The bilinear sample of one (H, W) plane at (y, x), as MXNet's (Detectron's) ROIAlign
+// takes it: 0 outside [-1, H] x [-1, W]; coordinates below 0 read row/column 0, and past
+// the last row/column read that one. Weights and positions in w[4], pos[4]; the caller sums
+// w[k] * plane[pos[k]] in that order.
+template <class T>
+void bilinear_taps(T y, T x, int64_t height, int64_t width, T w[4], int64_t pos[4]) {
+  if (y < T(-1) || y > static_cast<T>(height) || x < T(-1) || x > static_cast<T>(width)) {
+    for (int k = 0; k < 4; ++k) w[k] = T(0), pos[k] = 0;
+    return;
+  }
+  if (y <= 0) y = 0;
+  if (x <= 0) x = 0;
+  int64_t y_low = static_cast<int64_t>(y), x_low = static_cast<int64_t>(x), y_high, x_high;
+  if (y_low >= height - 1) {
+    y_high = y_low = height - 1;
+    y = static_cast<T>(y_low);
+  } else {
+    y_high = y_low + 1;
+  }
+  if (x_low >= width - 1) {
+    x_high = x_low = width - 1;
+    x = static_cast<T>(x_low);
+  } else {
+    x_high = x_low + 1;
+  }
+  const T ly = y - static_cast<T>(y_low), lx = x - static_cast<T>(x_low), hy = T(1) - ly, hx = T(1) - lx;
+  w[0] = hy * hx, w[1] = hy * lx, w[2] = ly * hx, w[3] = ly * lx;
+  pos[0] = y_low * width + x_low, pos[1] = y_low * width + x_high;
+  pos[2] = y_high * width + x_low, pos[3] = y_high * width + x_high;
+}
+
+// ROIAlign: each region (batch b, x1, y1, x2, y2) is scaled by spatial_scale (and shifted by
+// -0.5 with `aligned`), given at least 1x1 extent (without `aligned`), and cut into PH x PW
+// bins; each output is the mean of grid_h x grid_w bilinear samples at the centres of a
+// regular grid in its bin (grid = sample_ratio, or ceil(region extent / pooled extent)). A
+// region with a negative batch index gives zeros, and zeroes output element r (MXNet's).
+void roi_align(const ir::Node& node, std::span<const Tensor> in, std::span<Tensor> out) {
+  const ir::Attrs& a = node.attrs;
+  const std::vector<int64_t>& pooled = a.get_ints("pooled_size");
+  const int64_t ph_n = pooled[0], pw_n = pooled[1];
+  const int64_t sample_ratio = a.get_int("sample_ratio");
+  const bool aligned = a.get_bool("aligned");
+  const ir::Shape& ds = in[0].shape();
+  const int64_t batch = ds[0], channels = ds[1], height = ds[2], width = ds[3];
+  const int64_t regions = in[1].shape()[0];
+  ref::with_compute_type({in[0].dtype(), in[1].dtype()}, [&]<class T>() {
+    const std::vector<T> data = ref::load<T>(in[0]), rois = ref::load<T>(in[1]);
+    const T scale = static_cast<T>(a.get_float("spatial_scale"));
+    std::vector<T> y(static_cast<size_t>(out[0].size()), T(0));
+    for (int64_t r = 0; r < regions; ++r) {
+      const T* roi = rois.data() + r * 5;
+      const int64_t b = static_cast<int64_t>(roi[0]);
+      if (b < 0) {
+        // MXNet 1.9.1 zeroes flat output element r here (its block was meant) and leaves the
+        // region's block unwritten; its regions run in order, so a later one may write
+        // element r again. Same here, the block being zeros.
+        y[r] = T(0);
+        continue;
+      }
+      if (b >= batch) fail("ROIAlign: region {} names batch {} of {}", r, b, batch);
+      const T offset = aligned ? T(0.5) : T(0);
+      const T x0 = roi[1] * scale - offset, y0 = roi[2] * scale - offset;
+      T roi_w = roi[3] * scale - offset - x0, roi_h = roi[4] * scale - offset - y0;
+      if (!aligned) roi_w = std::max(roi_w, T(1)), roi_h = std::max(roi_h, T(1));
+      const T bin_h = roi_h / static_cast<T>(ph_n), bin_w = roi_w / static_cast<T>(pw_n);
+      const int64_t grid_h = sample_ratio > 0 ? sample_ratio : static_cast<int64_t>(std::ceil(roi_h / static_cast<T>(ph_n)));
+      const int64_t grid_w = sample_ratio > 0 ? sample_ratio : static_cast<int64_t>(std::ceil(roi_w / static_cast<T>(pw_n)));
+      const T count = static_cast<T>(grid_h * grid_w);
+      for (int64_t c = 0; c < channels; ++c) {
+        const T* plane = data.data() + (b * channels + c) * height * width;
+        for (int64_t ph = 0; ph < ph_n; ++ph)
+          for (int64_t pw = 0; pw < pw_n; ++pw) {
+            T sum = 0;
+            for (int64_t iy = 0; iy < grid_h; ++iy) {
+              const T yy = y0 + static_cast<T>(ph) * bin_h + static_cast<T>(iy + 0.5f) * bin_h / static_cast<T>(grid_h);
+              for (int64_t ix = 0; ix < grid_w; ++ix) {
+                const T xx =
+                    x0 + static_cast<T>(pw) * bin_w + static_cast<T>(ix + 0.5f) * bin_w / static_cast<T>(grid_w);
+                T w[4];
+                int64_t pos[4];
+                bilinear_taps(yy, xx, height, width, w, pos);
+                sum += w[0] * plane[pos[0]] + w[1] * plane[pos[1]] + w[2] * plane[pos[2]] + w[3] * plane[pos[3]];
+              }
+            }
+            y[((r * channels + c) * ph_n + ph) * pw_n + pw] = sum / count;
+          }
+      }
+    }
+    ref::store(y, out[0]);
+  });
+}
+
 }  // namespace
 
 void register_detection_kernels() {
   register_reference_kernel("_contrib_box_nms", box_nms);
   register_reference_kernel("_contrib_box_decode", box_decode);
+  register_reference_kernel("_contrib_ROIAlign", roi_align);
 }
 
 }  // namespace ampfuse::runtime

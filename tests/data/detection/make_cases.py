@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Writes cases.json: inputs, attributes and MXNet 1.9.1's outputs for the contrib detection
-ops (_contrib_box_nms, _contrib_box_decode), read by tests/contrib_detection_test.cpp.
+ops (_contrib_box_nms, _contrib_box_decode, _contrib_ROIAlign), read by tests/contrib_detection_test.cpp.
 
 Run with the Python of a venv holding mxnet==1.9.1 (tests/zoo/make_venv.sh):
   MXNET_SUBGRAPH_BACKEND=NONE python tests/data/detection/make_cases.py
@@ -18,12 +18,17 @@ cases = []
 def add(name, op, inputs, attrs):
     fn = getattr(mx.nd.contrib, op)
     outs = fn(*[mx.nd.array(np.asarray(x, dtype=np.float32)) for x in inputs], **attrs)
-    outs = outs if isinstance(outs, (list, tuple)) else [outs]
+    outs = [o.asnumpy() for o in (outs if isinstance(outs, (list, tuple)) else [outs])]
+    if op == "ROIAlign":
+        # MXNet skips a region with a negative batch index without writing its output
+        # (whatever the memory held, NaN included; it zeroes flat element r instead, which
+        # ampfuse does too); ampfuse writes zeros there.
+        outs[0][np.asarray(inputs[1])[:, 0] < 0] = 0
     cases.append({
         "name": name, "op": "_contrib_" + op,
         "attrs": {k: str(v) for k, v in attrs.items()},
         "inputs": [{"shape": list(np.shape(x)), "values": np.asarray(x, np.float32).ravel().tolist()} for x in inputs],
-        "outputs": [{"shape": list(o.shape), "values": o.asnumpy().ravel().tolist()} for o in outs],
+        "outputs": [{"shape": list(o.shape), "values": o.ravel().tolist()} for o in outs],
     })
 
 
@@ -78,6 +83,13 @@ add("decode_center", "box_decode", [offsets, anchors_center], {})
 add("decode_corner_std", "box_decode", [offsets, anchors_corner],
     dict(format="corner", std0=0.1, std1=0.1, std2=0.2, std3=0.2))
 add("decode_clip", "box_decode", [offsets * 3, anchors_center], dict(clip=1.5, std2=0.5))
+
+feat = rng.normal(0, 1, (2, 3, 9, 11)).astype(np.float32)
+rois = np.array([[0, 4, 4, 30, 20], [1, -8, -8, 12, 40], [1, 40, 30, 90, 70], [0, 10, 10, 10.5, 10.5],
+                 [-1, 0, 0, 20, 20], [0, 60, 50, 100, 80]], np.float32)
+add("roi_align_adaptive_grid", "ROIAlign", [feat, rois], dict(pooled_size=(3, 2), spatial_scale=0.125))
+add("roi_align_sample_ratio", "ROIAlign", [feat, rois], dict(pooled_size=(2, 2), spatial_scale=0.25, sample_ratio=2))
+add("roi_align_aligned", "ROIAlign", [feat, rois], dict(pooled_size=(4, 3), spatial_scale=0.125, aligned=True))
 
 with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "cases.json"), "w") as f:
     json.dump({"generator": "tests/data/detection/make_cases.py", "mxnet": mx.__version__, "cases": cases}, f)
