@@ -219,6 +219,18 @@ def weight_args(model_dir):
     return args
 
 
+def run_tool(cmd, timeout=None):
+    """subprocess.run, waiting out a rebuild of the binary under a long run (the linker
+    replaces it: for a moment it cannot be executed)."""
+    for attempt in range(10):
+        try:
+            return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        except (PermissionError, FileNotFoundError, OSError) as e:
+            if attempt == 9:
+                raise RuntimeError(f"cannot run {cmd[0]}: {e}") from e
+            time.sleep(30)
+
+
 def write_weights(model_dir):
     """model-0000.params as weights/NAME.npy, one a variable (written for the ampfuse runs,
     removed after them: the corpus's weights would not fit on a disk twice)."""
@@ -248,7 +260,7 @@ def missing_ops(ampfuse, symbol_file, cache):
             write_json(probe, {"nodes": [{"op": "null", "name": "x", "inputs": []},
                                          {"op": op, "name": "probe", "inputs": [[0, 0, 0]]}],
                                "arg_nodes": [0], "heads": [[1, 0, 0]]})
-            r = subprocess.run([ampfuse, "info", probe], capture_output=True, text=True)
+            r = run_tool([ampfuse, "info", probe])
             cache[op] = f"unknown op '{op}'" in r.stderr
             os.remove(probe)
         if cache[op]:
@@ -286,16 +298,10 @@ def run_ampfuse(ampfuse, model_dir, amp, engine, timeout):
     if engine == "interpreter":
         cmd += ["--interpreter"]
     t0 = time.time()
-    for attempt in range(3):
-        try:
-            r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-            break
-        except subprocess.TimeoutExpired:
-            return None, f"ampfuse run took over {timeout} s", timeout
-        except OSError as e:  # the binary is being rebuilt under a long run: wait for the linker
-            if attempt == 2:
-                return None, f"cannot run {ampfuse}: {e}", 0
-            time.sleep(30)
+    try:
+        r = run_tool(cmd, timeout)
+    except subprocess.TimeoutExpired:
+        return None, f"ampfuse run took over {timeout} s", timeout
     seconds = round(time.time() - t0, 1)
     if r.returncode != 0:
         return None, first_error(r.stderr, r.returncode), seconds
@@ -310,8 +316,7 @@ def check_model(ampfuse, model_dir, engine, timeout, op_cache):
         return res
     symbol = os.path.join(model_dir, "model-symbol.json")
     res["missing_ops"] = missing_ops(ampfuse, symbol, op_cache)
-    r = subprocess.run([ampfuse, "info", symbol, "--shape", "data=" + ",".join(map(str, exp["input"]))],
-                       capture_output=True, text=True, timeout=timeout)
+    r = run_tool([ampfuse, "info", symbol, "--shape", "data=" + ",".join(map(str, exp["input"]))], timeout)
     res["imports"] = r.returncode == 0
     if not res["imports"]:
         res["error"] = first_error(r.stderr, r.returncode)
