@@ -5,6 +5,8 @@
 // formats, the -1 rows; box_decode's formats, stds and clip; ROIAlign's adaptive and fixed
 // sampling grids, `aligned`, regions partly or wholly outside the features, a negative
 // batch index. Then type inference's refusals.
+#include "engine/execution/executor.h"
+#include "engine/lower.h"
 #include "ir/builder.h"
 #include "ir/error.h"
 #include "ir/op_registry.h"
@@ -79,6 +81,43 @@ TEST(ContribDetection, KeptBoxesComeHighestScoreFirst) {
   const Tensor out = runtime::interpret(g, {{"x0", boxes}})[0];
   EXPECT_FLOAT_EQ(out.get_f64(1), 0.9f);
   EXPECT_FLOAT_EQ(out.get_f64(7), 0.2f);
+}
+
+// In a graph, between fused elementwise kernels, under bf16 AMP: the executor runs each op's
+// reference kernel and gives the interpreter's result (box_nms and ROIAlign are widest ops,
+// so under AMP they take the f32 of their inputs; box_decode is kept in f32).
+TEST(ContribDetection, RunInTheExecutorUnderAmp) {
+  const nlohmann::json cases = load_cases();
+  for (const char* name : {"nms_ties_topk_valid", "decode_corner_std", "roi_align_sample_ratio"}) {
+    SCOPED_TRACE(name);
+    const nlohmann::json* c = nullptr;
+    for (const nlohmann::json& k : cases["cases"])
+      if (k["name"] == name) c = &k;
+    ASSERT_NE(c, nullptr);
+    ir::GraphBuilder b;
+    runtime::Bindings vars;
+    std::vector<ir::ValueRef> ins;
+    for (size_t i = 0; i < (*c)["inputs"].size(); ++i) {
+      Tensor t = tensor_of((*c)["inputs"][i]);
+      vars.emplace(fmt::format("x{}", i), t);
+      ins.push_back(b.op("relu", {b.op("relu", {b.input(fmt::format("x{}", i), t.type())})}));
+    }
+    const ir::Graph g = [&] {
+      b.output(b.op("_mul_scalar", {b.op((*c)["op"], ins, (*c)["attrs"].get<Attrs>())}, {{"scalar", "2"}}));
+      return b.finish();
+    }();
+    const std::vector<Tensor> want = runtime::interpret(g, vars);
+    engine::AmpOptions amp;
+    amp.target = DType::bf16;
+    const std::vector<Tensor> got = engine::Executable::compile(engine::convert_for_amp(g, amp)).run(vars);
+    ASSERT_EQ(got[0].shape(), want[0].shape());
+    double largest = 0, worst = 0;
+    for (int64_t i = 0; i < want[0].size(); ++i) {
+      largest = std::max(largest, std::fabs(want[0].get_f64(i)));
+      worst = std::max(worst, std::fabs(got[0].get_f64(i) - want[0].get_f64(i)));
+    }
+    EXPECT_LE(worst, 1e-6 * largest);
+  }
 }
 
 std::string inference_error(const std::string& op, const std::vector<TensorType>& ins, const Attrs& attrs) {
