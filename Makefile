@@ -3,7 +3,7 @@ JOBS ?= $(shell nproc)
 BUILD ?= build
 ASAN_BUILD ?= build-asan
 
-.PHONY: demo test setup build build-asan bench clean
+.PHONY: demo test setup build build-asan bench clean zoo
 
 setup:
 	@bash scripts/setup.sh
@@ -27,6 +27,15 @@ test: build build-asan
 
 bench: build
 	@./$(BUILD)/ampfuse_bench
+
+# The GluonCV model-zoo corpus (docs/model_zoo.md): on demand, not part of `make test`.
+# ZOO_VENV: a virtual environment with mxnet 1.9.1 + gluoncv 0.10.5 (created when missing);
+# ZOO_ARGS: options of tests/zoo/zoo.py (e.g. --models 'cifar_*' --timeout 300).
+ZOO_VENV ?= $(BUILD)/zoo-venv
+ZOO_ARGS ?=
+zoo: build
+	@bash tests/zoo/make_venv.sh $(ZOO_VENV)
+	MXNET_SUBGRAPH_BACKEND=NONE $(ZOO_VENV)/bin/python tests/zoo/zoo.py --ampfuse $(BUILD)/ampfuse --out $(BUILD)/zoo $(ZOO_ARGS)
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD)

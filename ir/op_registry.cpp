@@ -1,6 +1,7 @@
 #include "ir/op_registry.h"
 
 #include "ir/error.h"
+#include "ir/ops/contrib_detection.h"
 
 #include <algorithm>
 
@@ -51,6 +52,7 @@ OpRegistry& OpRegistry::global() {
     register_nn_ops(*r);
     register_tensor_ops(*r);
     register_index_ops(*r);
+    register_contrib_detection_ops(*r);
     return r;
   }();
   return *registry;

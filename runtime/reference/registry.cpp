@@ -1,6 +1,7 @@
 #include "runtime/reference/reference_kernels.h"
 
 #include "ir/error.h"
+#include "runtime/reference/detection_kernels.h"
 #include "ir/op_registry.h"
 
 #include <map>
@@ -28,6 +29,7 @@ const ReferenceKernel* find_reference_kernel(std::string_view op) {
     register_nn_kernels();
     register_tensor_kernels();
     register_index_kernels();
+    register_detection_kernels();
   });
   auto it = table().find(op);
   return it == table().end() ? nullptr : &it->second;

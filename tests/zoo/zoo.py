@@ -1,0 +1,482 @@
+#!/usr/bin/env python3
+"""The GluonCV model-zoo corpus: does ampfuse import, run and match every architecture?
+
+For each architecture of GluonCV 0.10.5 (gluoncv.model_zoo.get_model_list()):
+  1. export   MXNet 1.9.1 builds it with random weights, exports symbol + .params, and
+              records its outputs for one input, in f32 and under MXNet's bf16 AMP
+              (tests/zoo/export_model.py, in a child process with a time limit);
+  2. import   `ampfuse info` reads the symbol (a refusal names the op);
+  3. f32      `ampfuse run` with MXNet's weights and input; every output must match
+              MXNet's f32 output within F32_TOL of that output's largest |value|;
+  4. bf16     `ampfuse run --amp bf16` against MXNet's f32 output, within
+              max(BF16_TOL, 2 x the error of MXNet's own bf16 AMP run) of the largest |value|.
+Every step is cached in OUT/NAME (the export for good; the ampfuse results until the
+ampfuse binary changes), so a rerun does only what is new. Prints one table and writes
+OUT/summary.md (the table, and the failures grouped by the op ampfuse refuses or by the
+first error) and OUT/results.csv (one row a model).
+
+Run it with the Python of a virtual environment holding mxnet==1.9.1, numpy<1.24 and
+gluoncv==0.10.5.post0 (`make zoo` creates one: tests/zoo/make_venv.sh). See
+docs/model_zoo.md.
+"""
+import argparse
+import csv
+import fnmatch
+import json
+import os
+import queue
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+F32_TOL = 1e-4   # relative to the output's largest |value|
+BF16_TOL = 5e-2  # bf16 keeps 8 significant bits; errors add up over a deep network
+
+FAMILIES = ["classification", "detection", "segmentation", "pose"]
+OUT_OF_TARGET = ["video", "depth", "tracking", "int8"]
+
+
+# ---------------------------------------------------------------- the model list
+def family_of(name):
+    if "int8" in name:
+        return "int8"  # quantized graphs: refused by design (README, Models)
+    if re.search(r"kinetics|ucf101|hmdb51|sthsthv2|^c3d|^p3d|^r2plus1d|^i3d|^slowfast", name):
+        return "video"  # 5-D input (N, C, T, H, W)
+    if name.startswith("monodepth2"):
+        return "depth"
+    if name.startswith("siamrpn"):
+        return "tracking"
+    if re.match(r"ssd_|yolo3_|faster_rcnn|mask_rcnn|doublehead_rcnn|custom_|center_net", name):
+        return "detection"
+    if re.match(r"fcn_|psp_|deeplab|icnet|fastscnn|danet", name) or re.match(r"hrnet_.*_s$", name):
+        return "segmentation"
+    if re.match(r"simple_pose|mobile_pose|alpha_pose", name):
+        return "pose"
+    return "classification"
+
+
+def input_size(name):
+    """The (height, width) the architecture is trained at."""
+    if name.startswith("cifar_"):
+        return 32, 32
+    if name.startswith("inceptionv3"):
+        return 299, 299
+    if name.startswith("nasnet") and name != "nasnet_4_1056":
+        return 331, 331
+    if name.startswith("ssd_300"):
+        return 300, 300
+    if name.startswith("ssd_512") or "rcnn" in name or name.startswith("center_net"):
+        return 512, 512
+    if name.startswith("yolo3"):
+        return 416, 416
+    if family_of(name) == "segmentation":
+        return 480, 480
+    if name.startswith("alpha_pose"):
+        return 320, 256
+    if family_of(name) == "pose":
+        return 256, 192
+    if name.startswith("monodepth2"):
+        return 192, 640
+    return 224, 224
+
+
+def cost_estimate(name):
+    """A rough relative cost, to run cheap models first when time is short."""
+    h, w = input_size(name)
+    cost = h * w / (224 * 224)
+    depth = re.search(r"(?:resnet|resnest|resnext|densenet|vgg|darknet|hrnet_w)(\d+)", name)
+    if depth:
+        cost *= max(int(depth.group(1)), 18) / 50
+    m = re.search(r"mobilenet(?:v2_|v3_)?(\d\.\d+)?", name)
+    if m:
+        cost *= 0.3 * float(m.group(1) or 1)
+    if "rcnn" in name or "fpn" in name:
+        cost *= 3
+    if family_of(name) == "segmentation":
+        cost *= 2
+    if re.search(r"senet|nasnet_[567]|residualattention|xception71|269|200|wideresnet|16x64d", name):
+        cost *= 4
+    return cost
+
+
+def cheapest_first_by_family(names):
+    """Round robin over the families, each cheapest first: a short run sees every family."""
+    # The same network trained on another dataset (…_voc, …_coco, …_custom) adds little: last.
+    def base(n):
+        return re.sub(r"_(voc|coco|custom|ade|citys|mhpv1|kitti\w*)$", "", n)
+    first = {}
+    for n in sorted(names, key=cost_estimate):
+        first.setdefault(base(n), n)
+    queues = {}
+    for n in sorted(names, key=lambda n: (first[base(n)] != n, cost_estimate(n))):
+        queues.setdefault(family_of(n), []).append(n)
+    order = []
+    while any(queues.values()):
+        for fam in FAMILIES + OUT_OF_TARGET:
+            if queues.get(fam):
+                order.append(queues[fam].pop(0))
+    return order
+
+
+def all_models():
+    out = subprocess.run([sys.executable, "-c",
+                          "import gluoncv.model_zoo as z; print('\\n'.join(z.get_model_list()))"],
+                         capture_output=True, text=True, check=True)
+    return [l for l in out.stdout.split() if l]
+
+
+# ---------------------------------------------------------------- step 1: export
+class Exporter(threading.Thread):
+    """Exports models in one child process, restarting it when a model passes the limit."""
+
+    def __init__(self, out_root, names, timeout, done):
+        super().__init__(daemon=True)
+        self.out_root, self.todo, self.timeout, self.done = out_root, list(names), timeout, done
+
+    def give_up(self, name, why):
+        """Records a model whose export did not finish, keeping its f32 part if that was done."""
+        d = os.path.join(self.out_root, name)
+        partial = os.path.join(d, "export.partial.json")
+        if os.path.exists(partial):
+            info = dict(read_json(partial), bf16="failed", bf16_error=why)
+        else:
+            info = {"name": name, "status": "export_failed", "error": why}
+        write_json(os.path.join(d, "export.json"), info)
+
+    def run(self):
+        for n in self.todo:  # a stale mark from an interrupted run would time out at once
+            stale = os.path.join(self.out_root, n, "started")
+            if os.path.exists(stale):
+                os.remove(stale)
+        while self.todo:
+            progress = False
+            specs = [f"{n}:{input_size(n)[0]}:{input_size(n)[1]}" for n in self.todo]
+            child = subprocess.Popen([sys.executable, os.path.join(HERE, "export_model.py"), self.out_root] + specs,
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            stderr_tail = []
+            threading.Thread(target=lambda: [stderr_tail.append(l) for l in child.stderr], daemon=True).start()
+            while self.todo:
+                name = self.todo[0]
+                d = os.path.join(self.out_root, name)
+                if os.path.exists(os.path.join(d, "export.json")):
+                    self.todo.pop(0)
+                    self.done.put(name)
+                    progress = True
+                    continue
+                started = os.path.join(d, "started")
+                if child.poll() is not None:  # died on this model (an abort, not an exception)
+                    if os.path.exists(started):
+                        tail = [l.strip() for l in stderr_tail if l.strip()][-1:] or [f"exit status {child.returncode}"]
+                        self.give_up(name, "MXNet died: " + tail[0][:300])
+                        continue
+                    if not progress:  # cannot even start (gluoncv does not import): give up
+                        tail = [l.strip() for l in stderr_tail if l.strip()][-1:] or ["no output"]
+                        for n in self.todo:
+                            write_json(os.path.join(self.out_root, n, "export.json"),
+                                       {"name": n, "status": "export_failed", "error": "exporter: " + tail[0][:300]})
+                            self.done.put(n)
+                        self.todo = []
+                    break  # died before reaching it: restart
+                if os.path.exists(started) and time.time() - os.path.getmtime(started) > self.timeout:
+                    child.kill()
+                    child.wait()
+                    self.give_up(name, f"MXNet took over {self.timeout} s")
+                    break
+                time.sleep(0.5)
+            if child.poll() is None:
+                child.kill()
+                child.wait()
+        self.done.put(None)
+
+
+def write_json(path, obj):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(obj, f, indent=1)
+
+
+def read_json(path):
+    with open(path) as f:
+        return json.load(f)
+
+
+# ---------------------------------------------------------------- steps 2-4: ampfuse
+def weight_args(model_dir):
+    """The weights for `ampfuse run`: one --inputs NAME=FILE.npy each.
+
+    When `ampfuse run --params FILE` exists, this becomes
+    ["--params", os.path.join(model_dir, "model-0000.params")]
+    (and write_weights/remove_weights in check_model go)."""
+    args = []
+    for f in sorted(os.listdir(os.path.join(model_dir, "weights"))):
+        args += ["--inputs", f"{f[:-4]}={os.path.join(model_dir, 'weights', f)}"]
+    return args
+
+
+def run_tool(cmd, timeout=None):
+    """subprocess.run, waiting out a rebuild of the binary under a long run (the linker
+    replaces it: for a moment it cannot be executed)."""
+    for attempt in range(10):
+        try:
+            return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        except (PermissionError, FileNotFoundError, OSError) as e:
+            if attempt == 9:
+                raise RuntimeError(f"cannot run {cmd[0]}: {e}") from e
+            time.sleep(30)
+
+
+def write_weights(model_dir):
+    """model-0000.params as weights/NAME.npy, one a variable (written for the ampfuse runs,
+    removed after them: the corpus's weights would not fit on a disk twice)."""
+    import mxnet as mx
+    folder = os.path.join(model_dir, "weights")
+    shutil.rmtree(folder, ignore_errors=True)
+    os.makedirs(folder)
+    for key, value in mx.nd.load(os.path.join(model_dir, "model-0000.params")).items():
+        np.save(os.path.join(folder, key.split(":", 1)[-1] + ".npy"), value.asnumpy())
+
+
+def first_error(stderr, returncode):
+    lines = [l for l in stderr.splitlines() if "error" in l]
+    if lines:
+        return lines[-1].replace("ampfuse: error: ", "")[:300]
+    return f"exit status {returncode}" + (" (killed by a signal)" if returncode < 0 else "")
+
+
+def missing_ops(ampfuse, symbol_file, cache):
+    """The ops of the symbol that ampfuse's registry does not know (probes each op once)."""
+    with open(symbol_file) as f:
+        ops = sorted({n["op"] for n in json.load(f)["nodes"] if n["op"] != "null"})
+    missing = []
+    for op in ops:
+        if op not in cache:
+            probe = os.path.join(os.path.dirname(symbol_file), "op_probe.json")
+            write_json(probe, {"nodes": [{"op": "null", "name": "x", "inputs": []},
+                                         {"op": op, "name": "probe", "inputs": [[0, 0, 0]]}],
+                               "arg_nodes": [0], "heads": [[1, 0, 0]]})
+            r = run_tool([ampfuse, "info", probe])
+            cache[op] = f"unknown op '{op}'" in r.stderr
+            os.remove(probe)
+        if cache[op]:
+            missing.append(op)
+    return missing
+
+
+def compare(saved, ref_dir, n_ref):
+    """Largest |ampfuse - MXNet| over the outputs, relative to each output's largest |value|."""
+    if len(saved) != n_ref:
+        return None, f"{len(saved)} outputs, MXNet has {n_ref}"
+    worst = 0.0
+    for k, path in enumerate(saved):
+        got = np.load(path).astype(np.float64)
+        want = np.load(os.path.join(ref_dir, f"{k}.npy")).astype(np.float64)
+        if got.shape != want.shape:
+            return None, f"output {k}: shape {list(got.shape)}, MXNet {list(want.shape)}"
+        fin = np.isfinite(want)
+        if not np.array_equal(fin, np.isfinite(got)):
+            return None, f"output {k}: non-finite elements differ from MXNet's"
+        if not fin.any():
+            continue
+        scale = max(np.abs(want[fin]).max(), 1e-30)
+        worst = max(worst, float(np.abs(got[fin] - want[fin]).max() / scale))
+    return worst, None
+
+
+def run_ampfuse(ampfuse, model_dir, amp, engine, timeout):
+    out_dir = os.path.join(model_dir, f"ampfuse_{amp}")
+    cmd = [ampfuse, "run", os.path.join(model_dir, "model-symbol.json"),
+           "--inputs", f"data={os.path.join(model_dir, 'input', 'data.npy')}",
+           *weight_args(model_dir), "--save-outputs", out_dir, "--repeat", "1", "--no-baseline", "--json"]
+    if amp != "f32":
+        cmd += ["--amp", amp]
+    if engine == "interpreter":
+        cmd += ["--interpreter"]
+    t0 = time.time()
+    try:
+        r = run_tool(cmd, timeout)
+    except subprocess.TimeoutExpired:
+        return None, f"ampfuse run took over {timeout} s", timeout
+    seconds = round(time.time() - t0, 1)
+    if r.returncode != 0:
+        return None, first_error(r.stderr, r.returncode), seconds
+    return json.loads(r.stdout)["saved"], None, seconds
+
+
+def check_model(ampfuse, model_dir, engine, timeout, op_cache):
+    exp = read_json(os.path.join(model_dir, "export.json"))
+    res = {"name": exp["name"], "export": exp["status"], "mxnet_bf16": exp.get("bf16", "-")}
+    if exp["status"] != "exported":
+        res["error"] = "MXNet: " + exp.get("error", "?")
+        return res
+    symbol = os.path.join(model_dir, "model-symbol.json")
+    res["missing_ops"] = missing_ops(ampfuse, symbol, op_cache)
+    r = run_tool([ampfuse, "info", symbol, "--shape", "data=" + ",".join(map(str, exp["input"]))], timeout)
+    res["imports"] = r.returncode == 0
+    if not res["imports"]:
+        res["error"] = first_error(r.stderr, r.returncode)
+        return res
+    n_ref = len(exp["outputs_f32"])
+    mx_bf16_err = None
+    if exp.get("bf16") == "ran":
+        mx_bf16_err, _ = compare([os.path.join(model_dir, "ref_bf16", f"{k}.npy") for k in range(n_ref)],
+                                 os.path.join(model_dir, "ref_f32"), n_ref)
+        res["mxnet_bf16_err"] = mx_bf16_err
+    write_weights(model_dir)
+    try:
+        for amp in ("f32", "bf16"):
+            run_and_compare(ampfuse, model_dir, amp, engine, timeout, n_ref, mx_bf16_err, res)
+    finally:
+        shutil.rmtree(os.path.join(model_dir, "weights"), ignore_errors=True)
+    return res
+
+
+def run_and_compare(ampfuse, model_dir, amp, engine, timeout, n_ref, mx_bf16_err, res):
+    """One `ampfuse run` (f32 or bf16 AMP) against MXNet's f32 outputs, recorded in res."""
+    saved, err, seconds = run_ampfuse(ampfuse, model_dir, amp, engine, timeout)
+    res[f"{amp}_seconds"] = seconds
+    res[f"{amp}_runs"] = saved is not None
+    if saved is None:
+        res.setdefault("error", f"{amp}: {err}")
+        return
+    worst, err = compare(saved, os.path.join(model_dir, "ref_f32"), n_ref)
+    shutil.rmtree(os.path.join(model_dir, f"ampfuse_{amp}"), ignore_errors=True)
+    res[f"{amp}_err"] = worst
+    tol = F32_TOL if amp == "f32" else max(BF16_TOL, 2 * (mx_bf16_err or 0))
+    res[f"{amp}_matches"] = worst is not None and worst <= tol
+    if not res[f"{amp}_matches"]:
+        res.setdefault("error", f"{amp}: " + (err or f"error {worst:.3g} > {tol:.3g} of the largest |value|"))
+
+
+def binary_stamp(path):
+    st = os.stat(path)
+    return f"{st.st_size}:{int(st.st_mtime)}"
+
+
+# ---------------------------------------------------------------- the report
+def summarize(results, names, out_root):
+    fams = FAMILIES + OUT_OF_TARGET
+    rows = []
+    header = ("| family | architectures | run here | MXNet exports | ampfuse imports | "
+              "f32 runs | f32 matches | bf16 runs | bf16 matches | MXNet runs bf16 |")
+    rows += [header, "|" + "---|" * 10]
+    totals = [0] * 9
+    for fam in fams + ["all"]:
+        members = [n for n in names if fam == "all" or family_of(n) == fam]
+        rs = [results[n] for n in members if n in results]
+        cells = [len(members), len(rs), sum(r["export"] == "exported" for r in rs),
+                 sum(bool(r.get("imports")) for r in rs),
+                 sum(bool(r.get("f32_runs")) for r in rs), sum(bool(r.get("f32_matches")) for r in rs),
+                 sum(bool(r.get("bf16_runs")) for r in rs), sum(bool(r.get("bf16_matches")) for r in rs),
+                 sum(r.get("mxnet_bf16") == "ran" for r in rs)]
+        if fam != "all" and not members:
+            continue
+        rows.append(f"| {'**all**' if fam == 'all' else fam} | " + " | ".join(map(str, cells)) + " |")
+    table = "\n".join(rows)
+
+    groups = {}
+    for n, r in results.items():
+        if r.get("f32_matches") and r.get("bf16_matches"):
+            continue
+        if r.get("missing_ops"):
+            key = "refused ops: " + ", ".join(r["missing_ops"])
+        else:
+            key = re.sub(r"'[^']*'", "'…'", r.get("error", "?")) if r.get("error", "").startswith("MXNet") \
+                else r.get("error", "?")
+            key = re.sub(r"\d+(\.\d+)?(e-?\d+)?", "N", key)[:160]
+        groups.setdefault(key, []).append(n)
+    by_op = {}
+    for n, r in results.items():
+        for op in r.get("missing_ops", []):
+            by_op.setdefault(op, []).append(n)
+    lines = [table, "", "Ops ampfuse refuses, with the number of architectures that use each:", ""]
+    for op, ms in sorted(by_op.items(), key=lambda kv: (-len(kv[1]), kv[0])):
+        lines.append(f"- `{op}`: {len(ms)}")
+    lines += ["", "Failures grouped by cause:", ""]
+    for key, ms in sorted(groups.items(), key=lambda kv: -len(kv[1])):
+        lines.append(f"- {key} ({len(ms)}): {', '.join(sorted(ms))}")
+    with open(os.path.join(out_root, "summary.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+
+    keys = ["name", "family", "export", "imports", "missing_ops", "f32_runs", "f32_matches", "f32_err",
+            "f32_seconds", "mxnet_bf16", "mxnet_bf16_err", "bf16_runs", "bf16_matches", "bf16_err",
+            "bf16_seconds", "error"]
+    with open(os.path.join(out_root, "results.csv"), "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=keys, extrasaction="ignore")
+        w.writeheader()
+        for n in names:
+            if n in results:
+                row = dict(results[n], family=family_of(n))
+                row["missing_ops"] = " ".join(row.get("missing_ops", []))
+                w.writerow(row)
+    return "\n".join(lines)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--ampfuse", default=os.path.join(HERE, "..", "..", "build", "ampfuse"))
+    ap.add_argument("--out", default=os.path.join(HERE, "..", "..", "build", "zoo"))
+    ap.add_argument("--models", nargs="*", default=[], help="names or glob patterns (default: all)")
+    ap.add_argument("--families", default=",".join(FAMILIES),
+                    help=f"comma-separated, of {', '.join(FAMILIES + OUT_OF_TARGET)} (default: the target ones)")
+    ap.add_argument("--timeout", type=int, default=600, help="seconds per model and step")
+    ap.add_argument("--engine", choices=["fused", "interpreter"], default="fused")
+    ap.add_argument("--limit", type=int, default=0, help="only the N cheapest models")
+    ap.add_argument("--summary-only", action="store_true", help="print the table of the cached results")
+    a = ap.parse_args()
+    ampfuse = os.path.abspath(a.ampfuse)
+    out_root = os.path.abspath(a.out)
+    os.makedirs(out_root, exist_ok=True)
+
+    every = all_models()
+    fams = a.families.split(",")
+    names = [n for n in every if family_of(n) in fams]
+    if a.models:
+        names = [n for n in names if any(fnmatch.fnmatch(n, p) for p in a.models)]
+    names = cheapest_first_by_family(names)
+    if a.limit:
+        names = names[:a.limit]
+
+    stamp = binary_stamp(ampfuse)
+    results = {}
+    for n in names:
+        p = os.path.join(out_root, n, "result.json")
+        if os.path.exists(p):
+            r = read_json(p)
+            if r.get("ampfuse") == stamp or a.summary_only:
+                results[n] = r
+    if not a.summary_only:
+        todo = [n for n in names if n not in results]
+        to_export = [n for n in todo if not os.path.exists(os.path.join(out_root, n, "export.json"))]
+        done = queue.Queue()
+        for n in todo:
+            if n not in to_export:
+                done.put(n)
+        exporter = Exporter(out_root, to_export, a.timeout, done)
+        exporter.start()
+        op_cache = {}
+        finished = 0
+        while finished < len(todo):
+            n = done.get()
+            if n is None:
+                continue
+            finished += 1
+            r = check_model(ampfuse, os.path.join(out_root, n), a.engine, a.timeout, op_cache)
+            r["ampfuse"] = stamp
+            write_json(os.path.join(out_root, n, "result.json"), r)
+            results[n] = r
+            verdict = "matches" if r.get("f32_matches") else r.get("error", "?")
+            print(f"[{finished}/{len(todo)}] {n}: f32 {verdict}; bf16 "
+                  f"{'matches' if r.get('bf16_matches') else '-'}", flush=True)
+            summarize(results, names, out_root)
+    print(summarize(results, [n for n in every if family_of(n) in fams], out_root))
+    print(f"\n{out_root}/summary.md, {out_root}/results.csv")
+
+
+if __name__ == "__main__":
+    main()
