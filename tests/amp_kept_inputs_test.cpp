@@ -59,9 +59,10 @@ TEST(AmpIndexInputs, RegistryRefusesATableIndexThatIsNoIndexSlot) {
 
 // Sockeye's tied embeddings: the target embedding's weight is also the output layer's.
 // MXNet leaves the Embedding and its ids in f32 (bf16 lists it as fp32; f16 as neutral,
-// which MXNet never casts). ampfuse's neutral Embedding reads the weight cast the
-// FullyConnected makes anyway (one bf16 copy of the table, exact rows of it), but its ids
-// keep their type: in bf16, id 12345 would be 12352.
+// which MXNet never casts). ampfuse's bf16 Embedding is fp32 as MXNet's list says; its fp16
+// one is neutral and reads the weight cast the FullyConnected makes anyway (one f16 copy of
+// the table, exact rows of it). In both the ids keep their type: in f16, id 12345 would be
+// 12344 (in bf16, 12352).
 const char* kTiedEmbedding = R"(graph {
   %ids = var input : f32[2,3]
   %embed_weight = var param : f32[13000,8]
@@ -75,18 +76,20 @@ TEST(AmpIndexInputs, TiedEmbeddingKeepsItsIdsInF32) {
     SCOPED_TRACE(ir::dtype_name(t));
     const ir::Graph g = convert(kTiedEmbedding, options(t));
     const std::string low(ir::mxnet_dtype_name(t));
+    // bf16: an f32 Embedding of the f32 table; fp16: a neutral one of the f16 copy.
+    const std::string table = t == DType::bf16 ? "%embed_weight" : "%embed_weight_amp_cast_" + low;
     EXPECT_FILECHECK(ir::print_graph(g), fmt::format(R"(
       CHECK-NOT: amp_cast(%ids)
-      CHECK: %embed_weight_amp_cast_{0} = amp_cast(%embed_weight)
+      CHECK-DAG: %embed = Embedding(%ids, {1})
+      CHECK-DAG: %embed_weight_amp_cast_{0} = amp_cast(%embed_weight)
       CHECK-NOT: amp_cast(%ids)
-      CHECK: %embed = Embedding(%ids, %embed_weight_amp_cast_{0})
-      CHECK-NOT: amp_cast(%ids)
-      CHECK: %logits = FullyConnected(%embed, %embed_weight_amp_cast_{0}))",
-                                                     low));
+      CHECK: %logits = FullyConnected({{{{.*}}}}, %embed_weight_amp_cast_{0}))",
+                                                     low, table));
   }
 }
 
-// The rows read are the table's rows at the given ids, rounded: not their neighbours'.
+// The rows read are the table's rows at the given ids (rounded where the Embedding runs in
+// f16): not their neighbours'.
 TEST(AmpIndexInputs, TiedEmbeddingReadsTheRowsOfLargeIds) {
   ir::Graph f32 = ir::parse_graph(kTiedEmbedding);
   ir::infer_types(f32);
@@ -102,7 +105,7 @@ TEST(AmpIndexInputs, TiedEmbeddingReadsTheRowsOfLargeIds) {
     ASSERT_EQ(got.shape(), want.shape());
     for (int64_t i = 0; i < want.size(); ++i) {
       const float w = static_cast<float>(want.get_f64(i));
-      const float rounded = t == DType::bf16 ? ir::round_to_bf16(w) : ir::round_to_f16(w);
+      const float rounded = t == DType::bf16 ? w : ir::round_to_f16(w);  // bf16: an f32 Embedding
       ASSERT_EQ(got.get_f64(i), rounded) << "element " << i << " (id " << chosen[i / 8] << ")";
     }
   }

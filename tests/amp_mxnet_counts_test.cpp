@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include <set>
+#include <sstream>
 
 namespace ampfuse::testing {
 namespace {
@@ -78,8 +79,16 @@ TEST(AmpMxnetCounts, ConvertedModelsHaveMxnetsCastsAndPrecisions) {
       for (const auto& n : j.at("nodes")) casts += n.at("op") == "amp_cast";
       EXPECT_EQ(casts, want.amp_casts);
 
-      // The written file, read back (its variables carry their types), op node by op node.
-      const ir::Graph g = ir::load_mxnet_json_file(out);
+      // The written file, read back with the same input shapes (convert writes no batch into
+      // the inputs' hints), op node by op node.
+      ir::MxnetImportOptions read_back;
+      for (const std::string& s : m.shapes) {
+        const size_t eq = s.find('=');
+        ir::Shape& shape = read_back.input_shapes[s.substr(0, eq)];
+        std::stringstream dims(s.substr(eq + 1));
+        for (std::string d; std::getline(dims, d, ',');) shape.push_back(std::stoll(d));
+      }
+      const ir::Graph g = ir::load_mxnet_json_file(out, read_back);
       std::set<std::string> f32_nodes;
       for (const ir::Node& n : g.nodes) {
         if (n.is_var() || n.op == "amp_cast" || n.op == "amp_multicast") continue;
