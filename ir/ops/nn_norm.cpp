@@ -74,6 +74,55 @@ OpDef batch_norm_def() {
   return d;
 }
 
+// MXNet 1.9.1's _contrib_SyncBatchNorm (GluonCV's *_syncbn models): at inference a BatchNorm
+// over axis 1 with the moving statistics, the statistics synchronised across devices only
+// in training. Its own order of operations (sync_batch_norm-inl.h), which differs from
+// BatchNorm's in the last bit: with sd = sqrt(var + eps),
+//   y = x * (gamma / sd) + (beta - (mean * gamma) / sd)        (gamma = 1 with fix_gamma)
+// ndev and key only name the devices to synchronise. output_mean_var is refused: it
+// reports training-time batch statistics.
+OpDef sync_batch_norm_def() {
+  OpDef d = batch_norm_def();
+  d.name = "_contrib_SyncBatchNorm";
+  d.num_outputs = nullptr;
+  d.attrs = {optional("eps", AttrKind::Float, 1e-3), optional("fix_gamma", AttrKind::Bool, true),
+             optional("use_global_stats", AttrKind::Bool, false), optional("output_mean_var", AttrKind::Bool, false),
+             optional("ndev", AttrKind::Int, int64_t{1}), optional("key", AttrKind::String, std::string{})};
+  d.ignored_attrs = {"momentum"};
+  d.infer = [](InferContext& ctx) {
+    if (ctx.attrs.get_bool("output_mean_var"))
+      fail("output_mean_var=True (training-time batch statistics) is not supported");
+    const TensorType* data = known_input(ctx, 0);
+    if (!data) return;
+    require_float(*data, "the data");
+    const TensorType in = *data;
+    if (in.shape.size() < 2) fail("the data {} needs a channel axis (axis 1)", shape_str(in.shape));
+    const TensorType stats{in.dtype == DType::f64 ? DType::f64 : DType::f32, {in.shape[1]}};
+    static constexpr const char* kNames[] = {"", "gamma", "beta", "moving_mean", "moving_var"};
+    for (size_t i = 1; i < 5; ++i) fill_float_input(ctx, i, kNames[i], stats);
+    ctx.outputs[0] = in;
+  };
+  d.recipe_applies = nullptr;
+  d.recipe = [](ScalarBuilder& b, const Attrs& a) -> std::vector<ScalarBuilder::Val> {
+    const ScalarBuilder::Val x = b.input(0), mean = b.input(3), var = b.input(4);
+    const ScalarBuilder::Val gamma = a.get_bool("fix_gamma") ? b.constant(1) : b.input(1);
+    const ScalarBuilder::Val sd = b.unary(ScalarOp::sqrt, b.add(var, b.constant(a.get_float("eps"))));
+    return {b.add(b.mul(x, b.div(gamma, sd)), b.sub(b.input(2), b.div(b.mul(mean, gamma), sd)))};
+  };
+  d.broadcast_view = [](const Attrs&, size_t i, const Shape& in, const Shape& out) -> Shape {
+    if (i == 0) return in;
+    Shape view(out.size(), 1);
+    view.at(1) = in.at(0);
+    return view;
+  };
+  // MXNet 1.9.1: FP32_FUNCS in both lists (BatchNorm itself is neutral).
+  d.amp_bf16 = d.amp_fp16 = AmpClass::fp32;
+  d.keep_fp32_inputs_bf16.clear();  // all of it runs in f32
+  d.keep_fp32_inputs_fp16.clear();
+  d.channels_last.reset();
+  return d;
+}
+
 OpDef layer_norm_def() {
   OpDef d;
   d.name = "LayerNorm";
@@ -109,6 +158,7 @@ ScalarProgram batch_norm_invstd_program(const Attrs& a) {
 
 void register_norm_ops(OpRegistry& r) {
   r.add(batch_norm_def());
+  r.add(sync_batch_norm_def());
   r.add(layer_norm_def());
 }
 

@@ -18,6 +18,7 @@ void register_rnn_ops(OpRegistry& r);      // RNN
 void register_zoo_norm_ops(OpRegistry& r);     // InstanceNorm, GroupNorm, L2Normalization, LRN
 void register_ordering_ops(OpRegistry& r);     // norm, nansum, argmax..., topk, sort, argsort
 void register_loss_linalg_ops(OpRegistry& r);  // regression outputs, MakeLoss, _linalg_gemm*
+void register_adaptive_pool_ops(OpRegistry& r);  // _contrib_AdaptiveAvgPooling2D
 
 // Attribute schema entries.
 inline AttrSpec required(std::string name, AttrKind kind) { return {std::move(name), kind, std::nullopt, {}}; }

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace ampfuse::ir::nn {
@@ -62,6 +63,9 @@ struct PoolGeometry {
   Shape output_shape() const;  // in the data's layout
 };
 PoolGeometry pool_geometry(const Attrs& a, const Shape& data);
+
+// _contrib_AdaptiveAvgPooling2D's output_size: () = (1, 1), (s) = (s, s), (h, w).
+std::pair<int64_t, int64_t> adaptive_pool_output_size(const Attrs& a);
 
 enum class RnnMode : uint8_t { rnn_relu, rnn_tanh, lstm, gru };
 

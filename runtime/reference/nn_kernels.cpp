@@ -13,6 +13,7 @@ void register_nn_kernels() {
   ref::register_zoo_norm_kernels();
   ref::register_ordering_kernels();
   ref::register_linalg_kernels();
+  ref::register_adaptive_pool_kernels();
   ref::register_custom_op_kernel();
   register_sockeye_kernels();
 }

@@ -11,10 +11,20 @@ import os
 import shutil
 import sys
 
+import numpy as np
+
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-import zoo  # noqa: E402 (write_weights)
 DEST = os.path.join(HERE, "..", "data", "zoo")
+
+
+def write_weights(model_dir):
+    """model-0000.params as weights/NAME.npy, one a variable."""
+    import mxnet as mx
+    folder = os.path.join(model_dir, "weights")
+    shutil.rmtree(folder, ignore_errors=True)
+    os.makedirs(folder)
+    for key, value in mx.nd.load(os.path.join(model_dir, "model-0000.params")).items():
+        np.save(os.path.join(folder, key.split(":", 1)[-1] + ".npy"), value.asnumpy())
 
 
 def main():
@@ -28,7 +38,7 @@ def main():
         os.makedirs(dst)
         shutil.copy(os.path.join(src, "model-symbol.json"), dst)
         shutil.copy(os.path.join(src, "input", "data.npy"), dst)
-        zoo.write_weights(src)
+        write_weights(src)
         shutil.copytree(os.path.join(src, "weights"), os.path.join(dst, "weights"))
         shutil.rmtree(os.path.join(src, "weights"))
         shutil.copytree(os.path.join(src, "ref_f32"), os.path.join(dst, "mxnet_f32"))

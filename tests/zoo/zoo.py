@@ -208,15 +208,8 @@ def read_json(path):
 
 # ---------------------------------------------------------------- steps 2-4: ampfuse
 def weight_args(model_dir):
-    """The weights for `ampfuse run`: one --inputs NAME=FILE.npy each.
-
-    When `ampfuse run --params FILE` exists, this becomes
-    ["--params", os.path.join(model_dir, "model-0000.params")]
-    (and write_weights/remove_weights in check_model go)."""
-    args = []
-    for f in sorted(os.listdir(os.path.join(model_dir, "weights"))):
-        args += ["--inputs", f"{f[:-4]}={os.path.join(model_dir, 'weights', f)}"]
-    return args
+    """The weights for `ampfuse run`: MXNet's own .params file, as exported."""
+    return ["--params", os.path.join(model_dir, "model-0000.params")]
 
 
 def run_tool(cmd, timeout=None):
@@ -229,17 +222,6 @@ def run_tool(cmd, timeout=None):
             if attempt == 9:
                 raise RuntimeError(f"cannot run {cmd[0]}: {e}") from e
             time.sleep(30)
-
-
-def write_weights(model_dir):
-    """model-0000.params as weights/NAME.npy, one a variable (written for the ampfuse runs,
-    removed after them: the corpus's weights would not fit on a disk twice)."""
-    import mxnet as mx
-    folder = os.path.join(model_dir, "weights")
-    shutil.rmtree(folder, ignore_errors=True)
-    os.makedirs(folder)
-    for key, value in mx.nd.load(os.path.join(model_dir, "model-0000.params")).items():
-        np.save(os.path.join(folder, key.split(":", 1)[-1] + ".npy"), value.asnumpy())
 
 
 def first_error(stderr, returncode):
@@ -327,12 +309,8 @@ def check_model(ampfuse, model_dir, engine, timeout, op_cache):
         mx_bf16_err, _ = compare([os.path.join(model_dir, "ref_bf16", f"{k}.npy") for k in range(n_ref)],
                                  os.path.join(model_dir, "ref_f32"), n_ref)
         res["mxnet_bf16_err"] = mx_bf16_err
-    write_weights(model_dir)
-    try:
-        for amp in ("f32", "bf16"):
-            run_and_compare(ampfuse, model_dir, amp, engine, timeout, n_ref, mx_bf16_err, res)
-    finally:
-        shutil.rmtree(os.path.join(model_dir, "weights"), ignore_errors=True)
+    for amp in ("f32", "bf16"):
+        run_and_compare(ampfuse, model_dir, amp, engine, timeout, n_ref, mx_bf16_err, res)
     return res
 
 
