@@ -706,6 +706,10 @@ TEST(ElementwiseOpsMisc, LikeOpsAndIdentities) {
   EXPECT_EQ(z.type(), x.type());
   expect_values(z, {0, 0, 0, 0});
   expect_values(run_op("ones_like", {x}), {1, 1, 1, 1});
+  // MXNet 1.9.1 accepts a dtype attribute and ignores it (GluonCV's CenterNet writes one).
+  const Tensor z64 = run_op("zeros_like", {x}, {{"dtype", "int64"}});
+  EXPECT_EQ(z64.type(), x.type());
+  expect_values(z64, {0, 0, 0, 0});
   for (const char* op : {"BlockGrad", "stop_gradient", "identity", "_copy"}) {
     const Tensor y = run_op(op, {x});
     EXPECT_EQ(y.type(), x.type()) << op;

@@ -193,8 +193,11 @@ void register_unary(OpRegistry& r) {
   }
 
   // zeros_like/ones_like take only the input's type: the recipe never loads the input.
+  // MXNet 1.9.1 accepts a `dtype` attribute (GluonCV's CenterNet writes dtype='int64') and
+  // ignores it: the output keeps the input's dtype (checked with mx.sym.zeros_like).
   for (auto [name, value] : {std::pair{"zeros_like", 0.0}, std::pair{"ones_like", 1.0}}) {
     OpDef d = elementwise_op(name, data_slot(), kFp32InBf16);
+    d.ignored_attrs = {"dtype"};
     d.infer = infer_like_input;
     d.recipe = [value](ScalarBuilder& b, const Attrs&) -> std::vector<Val> { return {b.constant(value)}; };
     r.add(std::move(d));
