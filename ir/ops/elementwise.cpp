@@ -98,9 +98,7 @@ Val truthy(ScalarBuilder& b, Val x) { return b.binary(ScalarOp::ne, x, b.constan
 // ---------------------------------------------------------------------------------------
 // OpDef construction.
 
-struct Amp {
-  AmpClass fp16, bf16;
-};
+using Amp = ElementwiseAmp;
 constexpr Amp kNeutral{AmpClass::neutral, AmpClass::neutral};
 constexpr Amp kFp32{AmpClass::fp32, AmpClass::fp32};
 constexpr Amp kWidest{AmpClass::widest, AmpClass::widest};
@@ -116,20 +114,6 @@ AttrSpec attr_with_default(std::string name, AttrKind kind, AttrValue v, std::ve
   return {std::move(name), kind, std::move(v), std::move(choices)};
 }
 
-OpDef elementwise_op(std::string name, std::vector<InputSlot> inputs, Amp amp) {
-  OpDef d;
-  d.name = std::move(name);
-  d.kind = OpKind::elementwise;
-  d.fusable = true;
-  d.inputs = std::move(inputs);
-  d.amp_fp16 = amp.fp16;
-  d.amp_bf16 = amp.bf16;
-  // Same-shape operands give the same elements in any layout (layout_optimize checks the
-  // shapes: a broadcast or a per-channel view would not commute with a transpose).
-  d.channels_last = ChannelsLastRule{ChannelsLastRule::Channels::anywhere, "", /*every_input=*/true};
-  return d;
-}
-
 ScalarRecipe unary_recipe(UnaryMath f) {
   return [f](ScalarBuilder& b, const Attrs&) -> std::vector<Val> { return {f(b, b.input(0))}; };
 }
@@ -139,8 +123,6 @@ ScalarRecipe binary_recipe(BinaryMath f) {
 ScalarRecipe identity_recipe() {
   return [](ScalarBuilder& b, const Attrs&) -> std::vector<Val> { return {b.input(0)}; };
 }
-
-void infer_like_input(InferContext& c) { c.outputs[0] = c.in(0); }
 
 InferFn infer_same_shape(std::vector<InputSlot> slots) {
   return [slots](InferContext& c) { c.outputs[0] = unify_same_type(c, slots); };

@@ -32,27 +32,10 @@ namespace {
 
 using Val = ScalarBuilder::Val;
 
-struct Amp {
-  AmpClass fp16, bf16;
-};
+using Amp = ElementwiseAmp;
 constexpr Amp kNeutralFp16{AmpClass::neutral, AmpClass::fp32};
 constexpr Amp kFp32{AmpClass::fp32, AmpClass::fp32};
 constexpr Amp kWidest{AmpClass::widest, AmpClass::widest};
-
-OpDef elementwise_op(std::string name, std::vector<InputSlot> inputs, Amp amp) {
-  OpDef d;
-  d.name = std::move(name);
-  d.kind = OpKind::elementwise;
-  d.fusable = true;
-  d.inputs = std::move(inputs);
-  d.amp_fp16 = amp.fp16;
-  d.amp_bf16 = amp.bf16;
-  // Same-shape operands give the same elements in any layout (as ir/ops/elementwise.cpp).
-  d.channels_last = ChannelsLastRule{ChannelsLastRule::Channels::anywhere, "", /*every_input=*/true};
-  return d;
-}
-
-void infer_like_input(InferContext& c) { c.outputs[0] = c.in(0); }
 
 // ---------------------------------------------------------------------------------------
 // The math.

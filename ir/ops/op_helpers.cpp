@@ -100,4 +100,18 @@ std::vector<size_t> all_inputs(const InferContext& ctx) {
   return v;
 }
 
+OpDef elementwise_op(std::string name, std::vector<InputSlot> inputs, ElementwiseAmp amp) {
+  OpDef d;
+  d.name = std::move(name);
+  d.kind = OpKind::elementwise;
+  d.fusable = true;
+  d.inputs = std::move(inputs);
+  d.amp_fp16 = amp.fp16;
+  d.amp_bf16 = amp.bf16;
+  d.channels_last = ChannelsLastRule{ChannelsLastRule::Channels::anywhere, "", /*every_input=*/true};
+  return d;
+}
+
+void infer_like_input(InferContext& c) { c.outputs[0] = c.in(0); }
+
 }  // namespace ampfuse::ir

@@ -51,4 +51,13 @@ Shape where_condition_view(const Shape& cond, const Shape& out);
 // broadcast_view when it has one, else `in`.
 Shape broadcast_view_of(const OpDef& def, const Attrs& attrs, size_t i, const Shape& in, const Shape& out);
 
+// An elementwise op's skeleton, shared by ir/ops/elementwise.cpp and elementwise_math.cpp:
+// fusable, AMP classes per target, and free to move through layouts (same-shape operands
+// give the same elements in any layout; layout_optimize checks the shapes).
+struct ElementwiseAmp {
+  AmpClass fp16, bf16;
+};
+OpDef elementwise_op(std::string name, std::vector<InputSlot> inputs, ElementwiseAmp amp);
+void infer_like_input(InferContext& c);  // output 0 = input 0's type
+
 }  // namespace ampfuse::ir
