@@ -53,6 +53,7 @@ OpRegistry& OpRegistry::global() {
     register_tensor_ops(*r);
     register_index_ops(*r);
     register_contrib_detection_ops(*r);
+    register_gradient_ops(*r);
     return r;
   }();
   return *registry;

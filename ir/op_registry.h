@@ -17,6 +17,7 @@
 #include "ir/access_map.h"
 #include "ir/attrs.h"
 #include "ir/dtype.h"
+#include "ir/gradient.h"
 #include "ir/graph.h"
 #include "ir/scalar_program.h"
 
@@ -172,6 +173,15 @@ struct OpDef {
   std::optional<ChannelsLastRule> channels_last;  // unset: layout_optimize never moves the op
   std::optional<TableIndex> table_index;          // Embedding's indices
 
+  // The op's gradient (ir/gradient.h). Unset on an op with a recipe: derived from the
+  // recipe (elementwise_gradient). Unset otherwise: the op has no gradient yet, and
+  // differentiating a graph through it is an error naming it.
+  GradFn gradient;
+  // A loss head (SoftmaxOutput, LinearRegressionOutput, MakeLoss...): as a graph output
+  // its gradient rule supplies the gradient itself, as MXNet's loss layers do, and ignores
+  // the head gradient, so none is asked for.
+  bool loss_head = false;
+
   int input_count(const Attrs& a) const;
   // Slot i; slots past the declared ones repeat the last (variadic ops).
   const InputSlot& slot(size_t i) const;
@@ -222,5 +232,6 @@ void register_elementwise_ops(OpRegistry& r);
 void register_nn_ops(OpRegistry& r);
 void register_tensor_ops(OpRegistry& r);
 void register_index_ops(OpRegistry& r);
+void register_gradient_ops(OpRegistry& r);  // ir/gradient.cpp
 
 }  // namespace ampfuse::ir

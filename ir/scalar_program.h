@@ -115,6 +115,11 @@ class ScalarBuilder {
 
   ScalarProgram finish(std::vector<Val> results);
 
+  // The instructions appended so far (ir/scalar_derivative.h walks a recipe's part).
+  const ScalarInstr& at(Val v) const { return p_.instrs.at(static_cast<size_t>(v)); }
+  Val size() const { return static_cast<Val>(p_.instrs.size()); }
+  int num_inputs() const { return p_.num_inputs; }
+
  private:
   ScalarProgram p_;
 };

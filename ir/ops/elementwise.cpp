@@ -171,6 +171,7 @@ void register_unary(OpRegistry& r) {
     d.infer = infer_like_input;
     d.recipe = unary_recipe(u.math);
     if (u.alias) d.aliases = {u.alias};
+    if (d.name == "BlockGrad") d.gradient = no_gradient;  // the identity that stops gradients
     r.add(std::move(d));
   }
 
@@ -389,6 +390,7 @@ void register_casts(OpRegistry& r) {
   cast.infer = [](InferContext& c) { c.outputs[0] = TensorType{c.attrs.get_dtype("dtype"), c.in(0).shape}; };
   cast.recipe = identity_recipe();  // the store to the output dtype is the conversion
   cast.is_cast = true;
+  cast.gradient = cast_back_gradient;
   cast.aliases = {"cast"};
   r.add(std::move(cast));
 
@@ -404,6 +406,7 @@ void register_casts(OpRegistry& r) {
   };
   amp_cast.recipe = identity_recipe();
   amp_cast.is_cast = true;
+  amp_cast.gradient = cast_back_gradient;
   r.add(std::move(amp_cast));
 }
 

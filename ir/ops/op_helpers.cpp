@@ -114,4 +114,21 @@ OpDef elementwise_op(std::string name, std::vector<InputSlot> inputs, Elementwis
 
 void infer_like_input(InferContext& c) { c.outputs[0] = c.in(0); }
 
+InputGrads cast_back_gradient(GradContext& c) {
+  InputGrads grads(c.num_inputs());
+  for (size_t k = 0; k < c.num_outputs() && k < c.num_inputs(); ++k) {
+    const TensorType in = c.input_type(k);
+    if (c.out_grad_opt(k) && is_float(in.dtype)) grads[k] = c.cast(*c.out_grad_opt(k), in.dtype);
+  }
+  return grads;
+}
+
+InputGrads reshape_back_gradient(GradContext& c) {
+  InputGrads grads(c.num_inputs());
+  if (c.out_grad_opt(0)) grads[0] = c.reshape(*c.out_grad_opt(0), c.input_type(0).shape);
+  return grads;
+}
+
+InputGrads no_gradient(GradContext& c) { return InputGrads(c.num_inputs()); }
+
 }  // namespace ampfuse::ir

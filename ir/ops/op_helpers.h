@@ -60,4 +60,13 @@ struct ElementwiseAmp {
 OpDef elementwise_op(std::string name, std::vector<InputSlot> inputs, ElementwiseAmp amp);
 void infer_like_input(InferContext& c);  // output 0 = input 0's type
 
+// Gradient rules several ops share (ir/gradient.h).
+// Output k's gradient cast to input k's dtype: Cast, amp_cast, amp_multicast (MXNet's
+// amp_cast gradient is the cast back). Integer inputs get none.
+InputGrads cast_back_gradient(GradContext& c);
+// Output 0's gradient reshaped to input 0's shape: Reshape, Flatten, expand_dims, squeeze.
+InputGrads reshape_back_gradient(GradContext& c);
+// No input gets a gradient: BlockGrad/stop_gradient, shape-only ops.
+InputGrads no_gradient(GradContext& c);
+
 }  // namespace ampfuse::ir

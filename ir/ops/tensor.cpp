@@ -82,6 +82,7 @@ void register_views(OpRegistry& r) {
     return reshape_output_shape(in, a.get_ints("shape"), a.get_bool("reverse"));
   });
   reshape.aliases = {"reshape"};
+  reshape.gradient = reshape_back_gradient;
   r.add(std::move(reshape));
 
   OpDef flatten = make_op("Flatten", OpKind::view, AmpClass::neutral, true);
@@ -91,6 +92,7 @@ void register_views(OpRegistry& r) {
     return Shape{in[0], num_elements(Shape(in.begin() + 1, in.end()))};
   });
   flatten.aliases = {"flatten"};
+  flatten.gradient = reshape_back_gradient;
   r.add(std::move(flatten));
 
   OpDef expand = make_op("expand_dims", OpKind::view, AmpClass::neutral, true);
@@ -101,6 +103,7 @@ void register_views(OpRegistry& r) {
     out.insert(out.begin() + resolve_insert_axis(a.get_int("axis"), in, "axis"), 1);
     return out;
   });
+  expand.gradient = reshape_back_gradient;
   r.add(std::move(expand));
 
   OpDef squeeze = make_op("squeeze", OpKind::view, AmpClass::neutral, true);
@@ -124,6 +127,7 @@ void register_views(OpRegistry& r) {
     if (out.empty()) out = {1};  // MXNet 1.x has no 0-d arrays
     return out;
   });
+  squeeze.gradient = reshape_back_gradient;
   r.add(std::move(squeeze));
 }
 
@@ -430,6 +434,7 @@ void register_amp_multicast(OpRegistry& r) {
       ctx.outputs[i] = TensorType{t, ctx.in(i).shape};
     }
   };
+  d.gradient = cast_back_gradient;
   r.add(std::move(d));
 }
 
