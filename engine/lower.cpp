@@ -94,6 +94,16 @@ ir::Graph run_graph_steps(ir::Graph g, const LowerOptions& opts, bool until_dce,
   }
   if (until_dce) return g;
 
+  if (opts.backward) {
+    if (opts.fold_batchnorm) fail("fold_batchnorm and backward exclude each other: folding removes the BatchNorm params");
+    run_pipeline(g, {{"autodiff", [&](ir::Graph& x) {
+                        BackwardGraph bg = build_backward(std::move(x), *opts.backward);
+                        x = std::move(bg.graph);
+                        stats.forward_outputs = bg.num_forward_outputs;
+                        stats.gradient_of = std::move(bg.gradient_of);
+                        stats.head_grads = std::move(bg.head_grads);
+                      }}});
+  }
   std::vector<PassStep> inference;
   if (opts.fold_batchnorm)
     inference.push_back({"fold-batchnorm", [&](ir::Graph& x) { stats.folded_batchnorms = fold_batchnorm(x); }});

@@ -7,6 +7,9 @@
 //   layout-optimize    convolution regions moved to NHWC (AmpOptions::layout)
 //   dce              nodes no output depends on never run
 //   ---------------- convert_for_amp stops here: what `ampfuse convert` writes
+//   autodiff         with LowerOptions::backward: the gradients appended to the graph
+//                      (engine/passes/autodiff.h), after AMP so that lp16 ops get lp16
+//                      gradients and f32 weights f32 ones, as MXNet's AMP trains
 //   fold-batchnorm   with fold_batchnorm: BatchNorm after Convolution into its weights
 //   compute-in-f32   casts around external ops computed in f32, so that they fuse
 //   plan-fusion      fused kernels, external ops and views
@@ -18,6 +21,7 @@
 #pragma once
 
 #include "engine/passes/amp_options.h"
+#include "engine/passes/autodiff.h"
 #include "engine/planning/fusion_plan.h"
 #include "ir/graph.h"
 
@@ -45,6 +49,9 @@ struct AmpStats {
 struct LowerOptions {
   std::optional<AmpOptions> amp;  // convert for mixed precision first
   bool fold_batchnorm = false;    // changes results by rounding (see fold_batchnorm.h)
+  // Differentiate: the graph's outputs become its forward outputs and then the gradients.
+  // Excludes fold_batchnorm (folding would take the BatchNorm params out of the graph).
+  std::optional<BackwardOptions> backward;
   // Whether external node n (types inferred) is computed in f32 although it has bf16/f16
   // operands (oneDNN without native kernels for them); null: no node is.
   std::function<bool(const ir::Graph&, int32_t node)> computes_in_f32;
@@ -55,6 +62,9 @@ struct LowerStats {
   std::optional<AmpStats> amp;  // with LowerOptions::amp
   int folded_batchnorms = 0;
   int widened_external = 0;     // nodes compute-in-f32 rewrote
+  // With LowerOptions::backward: what the graph's outputs are (BackwardGraph's fields).
+  size_t forward_outputs = 0;
+  std::vector<std::string> gradient_of, head_grads;
 };
 
 struct Lowered {

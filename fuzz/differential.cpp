@@ -1,6 +1,7 @@
 #include "fuzz/differential.h"
 
 #include "codegen/kernel_spec.h"
+#include "engine/passes/autodiff.h"
 #include "fuzz/random_graph.h"
 #include "ir/error.h"
 #include "ir/lowp.h"
@@ -97,7 +98,7 @@ runtime::Bindings differential_inputs(const ir::Graph& g, uint64_t seed) {
 }
 
 DifferentialResult compare_fused_with_interpreter(const ir::Graph& g, uint64_t seed, int ulps,
-                                                  const engine::ExecutorOptions& opts) {
+                                                  const engine::ExecutorOptions& opts, double of_largest) {
   DifferentialResult r;
   const runtime::Bindings vars = differential_inputs(g, seed);
   const std::vector<Tensor> want = runtime::interpret(g, vars);
@@ -119,8 +120,13 @@ DifferentialResult compare_fused_with_interpreter(const ir::Graph& g, uint64_t s
                               ir::type_str(got[k].type()), ir::type_str(want[k].type()));
       return r;
     }
+    double largest = 0;
+    for (int64_t i = 0; i < want[k].size() && of_largest > 0; ++i)
+      if (std::isfinite(want[k].get_f64(i))) largest = std::max(largest, std::fabs(want[k].get_f64(i)));
     for (int64_t i = 0; i < want[k].size(); ++i) {
       if (same_element(want[k], got[k], i, ulps, epsilon, free_zero_sign)) continue;
+      const double x = want[k].get_f64(i), y = got[k].get_f64(i);
+      if (of_largest > 0 && std::isfinite(x) && std::isfinite(y) && std::fabs(x - y) <= of_largest * largest) continue;
       r.ok = false;
       r.message = fmt::format("output {} ({}, {}) element {}: fused {} ({:#x}), interpreter {} ({:#x})", k,
                               g.output_name(k), ir::type_str(want[k].type()), i, got[k].get_f64(i),
@@ -139,6 +145,26 @@ DifferentialResult check_random_graph(uint64_t seed, const engine::ExecutorOptio
     return r;
   } catch (const std::exception& e) {
     return {false, fmt::format("seed {}: {}", seed, e.what()), 0, 0};
+  }
+}
+
+DifferentialResult check_random_graph_backward(uint64_t seed, bool* skipped, const engine::ExecutorOptions& opts) {
+  *skipped = false;
+  try {
+    const RandomGraph rg = random_fusable_graph(seed);
+    bool differentiable = false;
+    for (const ir::Node& n : rg.graph.nodes) differentiable |= n.is_var() && ir::is_float(n.outputs.at(0).dtype);
+    if (!differentiable) {
+      *skipped = true;
+      return {};
+    }
+    const engine::BackwardGraph bg = engine::build_backward(rg.graph, {.wrt = {}, .with_inputs = true});
+    const double of_largest = rg.transcendental ? kBackwardTolerance * coarsest_epsilon(bg.graph) : 0;
+    DifferentialResult r = compare_fused_with_interpreter(bg.graph, seed, 0, opts, of_largest);
+    if (!r.ok) r.message = fmt::format("seed {} (backward): {}\n{}", seed, r.message, ir::print_graph(bg.graph));
+    return r;
+  } catch (const std::exception& e) {
+    return {false, fmt::format("seed {} (backward): {}", seed, e.what()), 0, 0};
   }
 }
 

@@ -48,12 +48,22 @@ double coarsest_epsilon(const ir::Graph& g);
 bool holds_min_max(const std::vector<const codegen::KernelSpec*>& specs);
 
 // Runs `g` (types inferred) on the interpreter and fused (Executable with `opts`) on the
-// same inputs (seeded by `seed`) and compares, exactly or within `ulps` when ulps > 0.
+// same inputs (seeded by `seed`) and compares, exactly or within `ulps` when ulps > 0, or
+// (of_largest > 0) within that fraction of the output's largest finite |value|.
 DifferentialResult compare_fused_with_interpreter(const ir::Graph& g, uint64_t seed, int ulps,
-                                                  const engine::ExecutorOptions& opts = {});
+                                                  const engine::ExecutorOptions& opts = {}, double of_largest = 0);
 
 // random_fusable_graph(seed) through compare_fused_with_interpreter. Never throws: an
 // error while building, compiling or running is a failure whose message names the seed.
 DifferentialResult check_random_graph(uint64_t seed, const engine::ExecutorOptions& opts = {});
+
+// The same for the backward graph of random_fusable_graph(seed) with respect to its float
+// inputs (engine/passes/autodiff.h; head gradients are inputs with planted values too):
+// bit for bit for exact graphs. With a transcendental op a derivative may cancel (tanh's
+// 1 - y*y near |y| = 1), so no ULP bound holds per element: such graphs must agree within
+// kBackwardTolerance steps of the coarsest float type relative to each output's largest
+// |value|. `skipped` is set for a graph with no float input that reaches an output.
+inline constexpr int kBackwardTolerance = 64;
+DifferentialResult check_random_graph_backward(uint64_t seed, bool* skipped, const engine::ExecutorOptions& opts = {});
 
 }  // namespace ampfuse::fuzz

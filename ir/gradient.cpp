@@ -36,7 +36,7 @@ GradContext::GradContext(Graph& g, int32_t node, std::vector<std::optional<Value
 
 ValueRef GradContext::out_grad(size_t k) {
   if (out_grads_.at(k)) return *out_grads_[k];
-  return zeros(type(output(k)));
+  return zeros_like(output(k));
 }
 
 ValueRef GradContext::emit_typed(const std::string& op, std::vector<ValueRef> inputs, Attrs attrs) {
@@ -67,7 +67,7 @@ ValueRef GradContext::cast(ValueRef v, DType t) {
   if (type(v).dtype == t) return v;
   Attrs a;
   a.set("dtype", t);
-  return emit_typed("amp_cast", {v}, std::move(a));
+  return emit_typed("Cast", {v}, std::move(a));
 }
 
 ValueRef GradContext::reshape(ValueRef v, const Shape& s) {
@@ -96,12 +96,7 @@ ValueRef GradContext::sum_to_shape(ValueRef v, const Shape& s) {
   return reshape(summed, s);
 }
 
-ValueRef GradContext::zeros(const TensorType& t) {
-  Attrs a;
-  a.set("shape", std::vector<int64_t>(t.shape.begin(), t.shape.end()));
-  a.set("dtype", t.dtype);
-  return emit_typed("_zeros", {}, std::move(a));
-}
+ValueRef GradContext::zeros_like(ValueRef v) { return emit_typed("zeros_like", {v}, Attrs{}); }
 
 const OpDef& backward_elementwise_forward(const Attrs& a, Attrs* forward_attrs) {
   const OpDef& fwd = OpRegistry::global().get(a.get_string("fwd_op"));

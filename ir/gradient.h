@@ -65,10 +65,11 @@ class GradContext {
   ValueRef emit_typed(const std::string& op, std::vector<ValueRef> inputs, Attrs attrs);
 
   // Helpers rules share.
-  ValueRef cast(ValueRef v, DType t);               // v itself when already of type t
+  ValueRef cast(ValueRef v, DType t);               // v itself when already of dtype t (a Cast:
+                                                    // amp_cast leaves f64 as it is)
   ValueRef sum_to_shape(ValueRef v, const Shape& s);  // sums the axes v was broadcast along
   ValueRef reshape(ValueRef v, const Shape& s);      // v itself when already of shape s
-  ValueRef zeros(const TensorType& t);
+  ValueRef zeros_like(ValueRef v);  // zeros of v's type (_zeros cannot say a 0 extent)
 
  private:
   Graph& g_;

@@ -1,5 +1,6 @@
 // The differential fuzzer in CI: 2000 seeded random graphs (4 shards of 500), each run fused
-// and on the interpreter (fuzz/differential.h). `ampfuse fuzz --seed S --count N` runs any
+// and on the interpreter (fuzz/differential.h), and the backward graphs of 400 of them
+// (2 shards of 200). `ampfuse fuzz --seed S --count N` runs any
 // number from any seed and prints the seed of each failure.
 #include "fuzz/differential.h"
 #include "fuzz/random_graph.h"
@@ -7,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 
 namespace ampfuse::engine {
@@ -47,6 +49,30 @@ TEST_P(FusionFuzz, FusedEqualsInterpreter) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Shards, FusionFuzz, testing::Range(0, 4));
+
+constexpr uint64_t kBackwardGraphsPerShard = 200;
+
+class BackwardFuzz : public testing::TestWithParam<int> {};
+
+TEST_P(BackwardFuzz, FusedBackwardEqualsInterpreter) {
+  const uint64_t n = std::min(kBackwardGraphsPerShard, graphs_per_shard());
+  const uint64_t first = 1 + static_cast<uint64_t>(GetParam()) * kBackwardGraphsPerShard;
+  int failures = 0, kernels = 0, fused_nodes = 0, checked = 0;
+  for (uint64_t seed = first; seed < first + n; ++seed) {
+    bool skipped = false;
+    const DifferentialResult r = check_random_graph_backward(seed, &skipped);
+    if (skipped) continue;
+    ++checked;
+    kernels += r.kernels;
+    fused_nodes += r.fused_nodes;
+    if (!r.ok && ++failures <= 3) ADD_FAILURE() << r.message;
+  }
+  EXPECT_EQ(failures, 0) << "backward graphs failed of " << checked << " (seeds from " << first << ")";
+  EXPECT_GT(checked, static_cast<int>(n) / 2) << "most random graphs have a float input to differentiate";
+  EXPECT_GT(fused_nodes, kernels);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shards, BackwardFuzz, testing::Range(0, 2));
 
 TEST(RandomGraph, SameSeedSameGraph) {
   const RandomGraph a = random_fusable_graph(42), b = random_fusable_graph(42), c = random_fusable_graph(43);

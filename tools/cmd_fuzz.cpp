@@ -1,6 +1,7 @@
 // `ampfuse fuzz [--seed S] [--count N]`: the differential fuzzer (fuzz/differential.h) over
 // any number of random graphs; prints the seed, the graph and the first mismatch of each
-// failure. CI runs seeds 1-2000 through ctest (tests/fusion_fuzz_test.cpp).
+// failure. With --backward it checks each graph's backward graph instead. CI runs seeds
+// 1-2000 forward and 1-400 backward through ctest (tests/fusion_fuzz_test.cpp).
 #include "fuzz/differential.h"
 #include "tools/commands.h"
 
@@ -17,16 +18,20 @@ struct FuzzOptions {
   uint64_t seed = 1;
   uint64_t count = 1000;
   bool no_fuse = false;
+  bool backward = false;
 };
 
 int run_fuzz(const FuzzOptions& o) {
   const auto t0 = std::chrono::steady_clock::now();
   engine::ExecutorOptions opts;
   opts.fuse = !o.no_fuse;
-  uint64_t failures = 0;
+  uint64_t failures = 0, skipped = 0;
   int64_t kernels = 0, nodes = 0;
   for (uint64_t seed = o.seed; seed < o.seed + o.count; ++seed) {
-    const fuzz::DifferentialResult r = fuzz::check_random_graph(seed, opts);
+    bool skip = false;
+    const fuzz::DifferentialResult r =
+        o.backward ? fuzz::check_random_graph_backward(seed, &skip, opts) : fuzz::check_random_graph(seed, opts);
+    skipped += skip;
     kernels += r.kernels;
     nodes += r.fused_nodes;
     if (!r.ok) {
@@ -35,8 +40,9 @@ int run_fuzz(const FuzzOptions& o) {
     }
   }
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  fmt::print("{} graphs (seeds {}-{}), {} kernels, {} fused ops, {} failed, {:.1f} s\n", o.count, o.seed,
-             o.seed + o.count - 1, kernels, nodes, failures, s);
+  fmt::print("{} {}graphs (seeds {}-{}), {} kernels, {} fused ops, {} failed{}, {:.1f} s\n", o.count,
+             o.backward ? "backward " : "", o.seed, o.seed + o.count - 1, kernels, nodes, failures,
+             skipped ? fmt::format(", {} without a float input (skipped)", skipped) : "", s);
   return failures ? 1 : 0;
 }
 
@@ -49,8 +55,11 @@ Command add_fuzz_command(CLI::App& parent) {
   cmd->add_option("--seed", o->seed, "First seed (default 1)")->type_name("S");
   cmd->add_option("--count", o->count, "How many graphs, seeds S, S+1, ... (default 1000)")->type_name("N");
   cmd->add_flag("--no-fuse", o->no_fuse, "One kernel per op (checks the code generator without the planner)");
+  cmd->add_flag("--backward", o->backward,
+                "Check each graph's backward graph (gradients with respect to its float inputs) instead");
   cmd->footer("Exit status 1 when any graph fails. Exact graphs must match bit for bit; graphs with a\n"
-              "transcendental op within 6 ulp of the output type.");
+              "transcendental op within 6 ulp of the output type (backward: within 64 steps of the coarsest\n"
+              "float type relative to the output's largest |value|).");
   return {cmd, [o] { return run_fuzz(*o); }};
 }
 

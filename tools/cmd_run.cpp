@@ -2,7 +2,8 @@
 // seeded random values for everything --inputs and --params leave unbound: converted for
 // AMP when --amp says so, planned into fused kernels and compiled (or op by op with
 // --no-fuse, or on the reference interpreter with --interpreter), timed against the f32
-// graph run unfused.
+// graph run unfused. With --backward it differentiates the (converted) graph and runs
+// forward and backward together (engine/passes/autodiff.h), reporting every gradient.
 #include "engine/lower.h"
 #include "engine/execution/executor.h"
 #include "ir/error.h"
@@ -39,6 +40,10 @@ struct RunOptions {
   bool no_baseline = false;
   int repeat = 5;
   std::string device = "cpu";
+  bool backward = false;
+  std::vector<std::string> wrt;
+  bool grad_inputs = false;
+  std::string gradients_dir;
 };
 
 constexpr const char* kDefaultModelName = "<default>";
@@ -54,16 +59,17 @@ std::string file_stem(const std::string& name, std::set<std::string>& taken) {
   return unique;
 }
 
-std::vector<std::string> save_outputs(const std::string& dir, const ir::Graph& g,
-                                      const std::vector<runtime::Tensor>& outputs) {
+// Writes tensors[k] to DIR/<names[k]>.npy; `option` names the flag in errors.
+std::vector<std::string> save_tensors(const std::string& option, const std::string& dir,
+                                      const std::vector<std::string>& names, std::span<const runtime::Tensor> tensors) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
-  if (ec) fail("--save-outputs {}: cannot create the directory: {}", dir, ec.message());
+  if (ec) fail("{} {}: cannot create the directory: {}", option, dir, ec.message());
   std::set<std::string> taken;
   std::vector<std::string> files;
-  for (size_t k = 0; k < outputs.size(); ++k) {
-    const std::string path = (std::filesystem::path(dir) / (file_stem(g.output_name(k), taken) + ".npy")).string();
-    runtime::write_npy(path, outputs[k]);
+  for (size_t k = 0; k < tensors.size(); ++k) {
+    const std::string path = (std::filesystem::path(dir) / (file_stem(names[k], taken) + ".npy")).string();
+    runtime::write_npy(path, tensors[k]);
     files.push_back(path);
   }
   return files;
@@ -148,13 +154,30 @@ PlanSummary summarize_plan(const engine::Executable& exe, bool fused, double col
   return p;
 }
 
+// Head gradients of ones (MXNet's backward() default) for the backward graph's inputs.
+void bind_head_grads(const ir::Graph& g, const std::vector<std::string>& heads, runtime::Bindings& vars) {
+  for (const std::string& name : heads) {
+    const ir::TensorType t = g.nodes.at(*g.find_var(name)).outputs.at(0);
+    runtime::Tensor ones(ir::TensorType{ir::DType::f64, t.shape});
+    for (int64_t i = 0; i < ones.size(); ++i) ones.data<double>()[i] = 1;
+    vars[name] = runtime::cast(ones, t.dtype);
+  }
+}
+
 int run_model(const RunOptions& o) {
   if (o.repeat < 1) fail("--repeat {}: must be at least 1", o.repeat);
+  if (!o.backward && (!o.wrt.empty() || o.grad_inputs || !o.gradients_dir.empty()))
+    fail("--wrt, --grad-inputs and --save-gradients need --backward");
   const std::unique_ptr<runtime::DeviceApi> device = open_device(o.device);
   if (device && o.interpreter) fail("--interpreter runs on the CPU: leave out --device {}", o.device);
   if (o.interpreter && o.plan.no_fuse) fail("--interpreter and --no-fuse: choose one");
   engine::ExecutorOptions eo = o.plan.executor_options();
   const std::optional<engine::AmpOptions>& amp = eo.amp;
+  std::optional<engine::BackwardOptions> backward;
+  if (o.backward) {
+    backward = engine::BackwardOptions{o.wrt, o.grad_inputs};
+    eo.fold_batchnorm = false;  // folding takes the BatchNorm params out of the graph
+  }
   const std::map<std::string, ir::Shape> shapes = parse_shape_args(o.shapes);
   runtime::Bindings given;
   for (const auto& [name, path] : parse_input_args(o.inputs))
@@ -183,17 +206,39 @@ int run_model(const RunOptions& o) {
   std::vector<runtime::Tensor> outputs;
   ir::Graph run_graph = g;
   std::optional<engine::AmpStats> amp_stats;
+  size_t forward_outputs = g.outputs.size();
+  std::vector<std::string> gradient_of;
+  if (backward) r.backward.emplace();
   if (o.interpreter) {
     if (amp) {
       engine::AmpStats st;
       run_graph = engine::convert_for_amp(g, *amp, &st);
       amp_stats = st;
     }
-    const runtime::Bindings run_vars = bindings_for(run_graph, vars);
+    runtime::Bindings run_vars = bindings_for(run_graph, vars);
+    if (backward) {
+      engine::BackwardGraph bg = engine::build_backward(run_graph, *backward);
+      run_graph = std::move(bg.graph);
+      forward_outputs = bg.num_forward_outputs;
+      gradient_of = bg.gradient_of;
+      r.backward->head_grads = bg.head_grads;
+      bind_head_grads(run_graph, bg.head_grads, run_vars);
+    }
     std::tie(r.run_ms, outputs) = timed_runs(o.repeat, [&] { return runtime::interpret(run_graph, run_vars); });
   } else {
     eo.progress = !o.json;
     eo.device = device.get();
+    if (backward) {
+      // The forward graph alone, compiled the same way: the backward's share of the time.
+      const engine::Executable fwd = engine::Executable::compile(g, eo);
+      const runtime::Bindings fwd_vars = bindings_for(fwd.graph(), vars);
+      fwd.run(fwd_vars);
+      r.backward->forward_ms = timed_runs(o.repeat, [&] { return fwd.run(fwd_vars); }).first;
+      const PlanSummary fp = summarize_plan(fwd, eo.fuse, 0, 0);
+      r.backward->forward_kernels = fp.kernels;
+      r.backward->forward_external_ops = fp.external_ops;
+      eo.backward = backward;
+    }
     auto t0 = std::chrono::steady_clock::now();
     const engine::Executable exe = engine::Executable::compile(g, eo);
     const double cold_ms = ms_since(t0);
@@ -203,7 +248,13 @@ int run_model(const RunOptions& o) {
     r.plan = summarize_plan(exe, eo.fuse, cold_ms, cached_ms);
     amp_stats = exe.compile_stats().amp;
     run_graph = exe.graph();
-    const runtime::Bindings run_vars = bindings_for(run_graph, vars);
+    runtime::Bindings run_vars = bindings_for(run_graph, vars);
+    if (backward) {
+      forward_outputs = exe.compile_stats().forward_outputs;
+      gradient_of = exe.compile_stats().gradient_of;
+      r.backward->head_grads = exe.compile_stats().head_grads;
+      bind_head_grads(run_graph, r.backward->head_grads, run_vars);
+    }
     engine::RunStats rs;
     t0 = std::chrono::steady_clock::now();
     exe.run(run_vars);  // also computes what depends on the weights alone
@@ -219,9 +270,12 @@ int run_model(const RunOptions& o) {
     engine::ExecutorOptions eo;
     eo.fuse = false;
     eo.constant_params = true;  // as above, so that only fusion and AMP differ
+    eo.backward = backward;
     const engine::Executable baseline = engine::Executable::compile(g, eo);
-    baseline.run(vars);
-    auto [ms, reference] = timed_runs(o.repeat, [&] { return baseline.run(vars); });
+    runtime::Bindings base_vars = vars;
+    bind_head_grads(baseline.graph(), baseline.compile_stats().head_grads, base_vars);
+    baseline.run(base_vars);
+    auto [ms, reference] = timed_runs(o.repeat, [&] { return baseline.run(base_vars); });
     r.baseline_ms = ms;
     double max_abs = 0, max_rel = 0;
     for (size_t k = 0; k < outputs.size(); ++k) {
@@ -240,8 +294,22 @@ int run_model(const RunOptions& o) {
     r.max_rel_error = max_rel;
   }
 
-  for (size_t k = 0; k < outputs.size(); ++k) r.outputs.push_back(summarize_tensor(run_graph.output_name(k), outputs[k]));
-  if (!o.save_dir.empty()) r.saved_files = save_outputs(o.save_dir, run_graph, outputs);
+  std::vector<std::string> output_names;
+  for (size_t k = 0; k < forward_outputs; ++k) {
+    output_names.push_back(run_graph.output_name(k));
+    r.outputs.push_back(summarize_tensor(output_names.back(), outputs[k]));
+  }
+  const std::span<const runtime::Tensor> all(outputs);
+  if (!o.save_dir.empty()) r.saved_files = save_tensors("--save-outputs", o.save_dir, output_names, all.first(forward_outputs));
+  if (backward) {
+    for (size_t v = 0; v < gradient_of.size(); ++v)
+      r.backward->gradients.push_back(summarize_tensor(gradient_of[v], outputs.at(forward_outputs + v)));
+    if (!o.gradients_dir.empty()) {
+      const std::vector<std::string> files =
+          save_tensors("--save-gradients", o.gradients_dir, gradient_of, all.subspan(forward_outputs));
+      r.saved_files.insert(r.saved_files.end(), files.begin(), files.end());
+    }
+  }
 
   if (o.json)
     fmt::print("{}\n", to_json(r).dump(2));
@@ -275,6 +343,17 @@ Command add_run_command(CLI::App& parent) {
   cmd->add_option("--save-outputs", o->save_dir,
                   "Write each output to DIR/<output name>.npy (bf16 as float32), creating DIR")
       ->type_name("DIR");
+  cmd->add_flag("--backward", o->backward,
+                "Also differentiate: run forward and backward (head gradients of ones, or the loss's own "
+                "gradient for SoftmaxOutput, *RegressionOutput and MakeLoss heads) and report each gradient");
+  cmd->add_option("--wrt", o->wrt,
+                  "With --backward: the variable to differentiate (repeatable); default every float param")
+      ->allow_extra_args(false)
+      ->type_name("NAME");
+  cmd->add_flag("--grad-inputs", o->grad_inputs, "With --backward and no --wrt: the float inputs' gradients too");
+  cmd->add_option("--save-gradients", o->gradients_dir,
+                  "With --backward: write each gradient to DIR/<variable name>.npy (bf16 as float32)")
+      ->type_name("DIR");
   cmd->add_option("--seed", o->seed, "Seed of the random values of unbound variables (default 0)")->type_name("N");
   add_plan_args(*cmd, o->plan);
   cmd->add_flag("--interpreter", o->interpreter, "Run on the reference interpreter instead of compiled kernels");
@@ -293,7 +372,8 @@ Command add_run_command(CLI::App& parent) {
                 "ops_per_kernel, compilations, compile_cold_ms, compile_cached_ms, arena_bytes, intermediate_bytes, "
                 "in_place, onednn_ops, host_round_trips, fallbacks, slow_external} or null, transfers: {uploads, "
                 "upload_bytes, downloads, download_bytes} or null, outputs: [{name, shape, dtype, min, max, mean, "
-                "nonfinite}], saved}; kernels, fused_ops, external_ops and views count the steps of every run, "
+                "nonfinite}], backward: {gradients: [{name, shape, dtype, min, max, mean, l2_norm, nonfinite}], "
+                "head_grads, forward_ms, forward_kernels, forward_external_ops} or null, saved}; kernels, fused_ops, external_ops and views count the steps of every run, "
                 "constant_steps those computed from the weights alone on the first run; min, max and mean are over "
                 "finite elements");
   cmd->footer("Variables without --inputs or --params get seeded random values: inputs uniform in [-1, 1), weights\n"

@@ -147,8 +147,10 @@ TensorSummary summarize_tensor(std::string name, const runtime::Tensor& t) {
     lo = std::min(lo, v);
     hi = std::max(hi, v);
     sum += v;
+    s.l2_norm += v * v;
     ++finite;
   }
+  s.l2_norm = std::sqrt(s.l2_norm);
   if (finite > 0) {
     s.min = lo;
     s.max = hi;
@@ -211,14 +213,30 @@ nlohmann::json to_json(const RunReport& r) {
   } else {
     j["transfers"] = nullptr;
   }
-  j["outputs"] = nlohmann::json::array();
-  for (const TensorSummary& s : r.outputs) {
-    nlohmann::json o = named_type_json({s.name, s.type});
-    o["min"] = optional_number(s.min);
-    o["max"] = optional_number(s.max);
-    o["mean"] = optional_number(s.mean);
-    o["nonfinite"] = s.nonfinite;
-    j["outputs"].push_back(std::move(o));
+  const auto tensors_json = [](const std::vector<TensorSummary>& list, bool norm) {
+    nlohmann::json a = nlohmann::json::array();
+    for (const TensorSummary& s : list) {
+      nlohmann::json o = named_type_json({s.name, s.type});
+      o["min"] = optional_number(s.min);
+      o["max"] = optional_number(s.max);
+      o["mean"] = optional_number(s.mean);
+      if (norm) o["l2_norm"] = s.l2_norm;
+      o["nonfinite"] = s.nonfinite;
+      a.push_back(std::move(o));
+    }
+    return a;
+  };
+  j["outputs"] = tensors_json(r.outputs, false);
+  if (r.backward) {
+    const RunReport::Backward& b = *r.backward;
+    j["backward"] = {{"gradients", tensors_json(b.gradients, true)},
+                     {"head_grads", b.head_grads},
+                     {"forward_ms", optional_number(b.forward_ms)},
+                     {"forward_kernels", b.forward_kernels ? nlohmann::json(*b.forward_kernels) : nlohmann::json(nullptr)},
+                     {"forward_external_ops",
+                      b.forward_external_ops ? nlohmann::json(*b.forward_external_ops) : nlohmann::json(nullptr)}};
+  } else {
+    j["backward"] = nullptr;
   }
   j["saved"] = r.saved_files;
   return j;
@@ -285,6 +303,26 @@ std::string to_text(const RunReport& r) {
     const int64_t n = ir::num_elements(s.type.shape);
     out += fmt::format("  {:<{}}  {}  min {}  max {}  mean {}  finite {}/{}\n", s.name, w, ir::type_str(s.type),
                        number_text(s.min), number_text(s.max), number_text(s.mean), n - s.nonfinite, n);
+  }
+  if (r.backward) {
+    const RunReport::Backward& b = *r.backward;
+    if (b.forward_ms) {
+      out += fmt::format("backward: forward+backward {:.3f} ms, forward alone {:.3f} ms", r.run_ms, *b.forward_ms);
+      if (r.plan && b.forward_kernels)
+        out += fmt::format("; the backward adds {} kernels and {} external ops", r.plan->kernels - *b.forward_kernels,
+                           r.plan->external_ops - *b.forward_external_ops);
+      out += "\n";
+    }
+    out += fmt::format("gradients ({} variables; head gradients of ones: {}):\n", b.gradients.size(),
+                       b.head_grads.empty() ? std::string("none, the loss gives its own") : fmt::format("{}", fmt::join(b.head_grads, ", ")));
+    size_t gw = 0;
+    for (const TensorSummary& s : b.gradients) gw = std::max(gw, s.name.size());
+    for (const TensorSummary& s : b.gradients) {
+      const int64_t n = ir::num_elements(s.type.shape);
+      out += fmt::format("  {:<{}}  {}  l2 {}  min {}  max {}  mean {}  finite {}/{}\n", s.name, gw, ir::type_str(s.type),
+                         number_text(s.l2_norm), number_text(s.min), number_text(s.max), number_text(s.mean),
+                         n - s.nonfinite, n);
+    }
   }
   for (const std::string& f : r.saved_files) out += fmt::format("saved:   {}\n", f);
   return out;

@@ -58,6 +58,7 @@ struct TensorSummary {
   ir::TensorType type;
   std::optional<double> min, max, mean;  // nullopt when no element is finite
   int64_t nonfinite = 0;
+  double l2_norm = 0;  // over the finite elements
 };
 TensorSummary summarize_tensor(std::string name, const runtime::Tensor& t);
 
@@ -116,6 +117,15 @@ struct RunReport {
   std::optional<double> max_abs_error, max_rel_error;
   std::vector<TensorSummary> outputs;
   std::vector<std::string> saved_files;
+  // run --backward: the gradients (named by their variable), the head gradients bound to
+  // ones, and the forward graph alone, compiled the same way, for the backward's share.
+  struct Backward {
+    std::vector<TensorSummary> gradients;
+    std::vector<std::string> head_grads;
+    std::optional<double> forward_ms;   // median, forward plan alone (not for --interpreter)
+    std::optional<int> forward_kernels, forward_external_ops;
+  };
+  std::optional<Backward> backward;
 };
 nlohmann::json to_json(const RunReport& r);
 std::string to_text(const RunReport& r);

@@ -81,6 +81,7 @@ LowerOptions lower_options(const ExecutorOptions& opts, const runtime::DeviceApi
   LowerOptions lo;
   lo.amp = opts.amp;
   lo.fold_batchnorm = opts.fold_batchnorm;
+  lo.backward = opts.backward;
   lo.planner.fuse = opts.fuse;
   if (opts.use_onednn && opts.compute_in_f32.value_or(device.host_addressable()))
     lo.computes_in_f32 = [](const ir::Graph& g, int32_t n) {
@@ -215,6 +216,9 @@ Executable Executable::compile(ir::Graph g, const ExecutorOptions& opts) {
   st.amp = std::move(lowered.stats.amp);
   st.folded_batchnorms = lowered.stats.folded_batchnorms;
   st.widened_external = lowered.stats.widened_external;
+  st.forward_outputs = lowered.stats.forward_outputs;
+  st.gradient_of = std::move(lowered.stats.gradient_of);
+  st.head_grads = std::move(lowered.stats.head_grads);
   const ir::Graph& graph = im.graph;
   const size_t steps = im.plan.steps.size();
 

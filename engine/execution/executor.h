@@ -72,6 +72,10 @@ struct ExecutorOptions {
   // differ from the graph's by rounding (not bit for bit with the interpreter). Best with
   // constant_params, which computes the folded weights once.
   bool fold_batchnorm = false;
+  // Training: compile the forward graph with its gradients (engine/passes/autodiff.h);
+  // run() then returns the forward outputs followed by one gradient per differentiated
+  // variable (CompileStats::gradient_of), and head gradients are inputs to bind.
+  std::optional<BackwardOptions> backward{};
   // External ops oneDNN computes in f32 (bf16 without AVX-512, f16 everywhere) get explicit
   // casts that fuse into the kernels around them (engine/passes/compute_in_f32.h). Unset:
   // on where the device's memory is the host's; on a GPU the casts would run on the device
@@ -106,6 +110,10 @@ struct CompileStats {
   int constant_steps = 0;
   // BatchNorms folded into the Convolution before them (ExecutorOptions::fold_batchnorm).
   int folded_batchnorms = 0;
+  // With ExecutorOptions::backward: the forward outputs come first, then the gradients of
+  // these variables; head_grads are the head-gradient inputs (autodiff.h).
+  size_t forward_outputs = 0;
+  std::vector<std::string> gradient_of, head_grads;
   int fused_nodes = 0;           // graph nodes computed inside fused kernels
   int compilations = 0;          // kernels this compile compiled (the rest were cache hits)
   int cache_hits = 0;

@@ -140,7 +140,7 @@ BackwardGraph build_backward(ir::Graph forward, const BackwardOptions& opts) {
     const ir::TensorType t = g.nodes[v].outputs.at(0);
     ir::GradContext ctx(g, v, {}, counter);
     auto it = contributions.find({v, 0});
-    g.outputs.push_back(it == contributions.end() ? ctx.zeros(t) : accumulate(ctx, it->second, t));
+    g.outputs.push_back(it == contributions.end() ? ctx.zeros_like({v, 0}) : accumulate(ctx, it->second, t));
     out.gradient_of.push_back(g.nodes[v].name);
   }
   dce(g);  // gradients a rule made for inputs nobody differentiates
