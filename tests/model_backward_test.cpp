@@ -1,0 +1,123 @@
+// Every non-INT8 model of models/ differentiates: the backward graph builds (gradients of
+// every param, head gradients of ones or the loss's own), runs fused in f32 and in bf16
+// AMP, and equals the reference interpreter running the same graph: f32 within 1e-5 of
+// the largest |gradient| of each output (oneDNN sums in its own order), bf16 within a few
+// bf16 steps of it.
+#include "engine/execution/executor.h"
+#include "engine/lower.h"
+#include "ir/mxnet_json.h"
+#include "runtime/interpreter.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+
+namespace ampfuse::engine {
+namespace {
+
+using ir::DType;
+
+struct BackwardCase {
+  const char* file;
+  std::map<std::string, ir::Shape> shapes;  // small spatial sizes: the interpreter is the oracle
+  double f32_tol, bf16_tol;
+  bool big;  // too slow for the sanitizer build
+};
+
+const BackwardCase kModels[] = {
+    {"mlp_legacy_000800-test-symbol.json", {{"data", {4, 32}}}, 1e-5, 0.02, false},
+    {"cifar_resnet20_v2-gluoncv-symbol.json", {{"data", {2, 3, 32, 32}}}, 1e-5, 0.02, false},
+    {"squeezenet_v1.1-mms-legacy-symbol.json", {{"data", {1, 3, 64, 64}}}, 1e-5, 0.02, false},
+    {"vgg_small-mkldnn-test-symbol.json", {{"data", {2, 3, 32, 32}}}, 1e-5, 0.02, false},
+    {"resnet152-mxnet-symbolic-symbol.json", {{"data", {1, 3, 32, 32}}}, 1e-5, 0.03, true},
+    {"densenet169-imagenet-legacy-symbol.json", {{"data", {1, 3, 32, 32}}}, 1e-5, 0.03, true},
+};
+
+void PrintTo(const BackwardCase& m, std::ostream* os) { *os << m.file; }
+
+std::string models_dir() {
+  if (const char* env = std::getenv("AMPFUSE_MODELS_DIR")) return env;
+  return AMPFUSE_MODELS_DIR;
+}
+
+// Largest |difference| relative to the largest finite |want|.
+double relative_error(const runtime::Tensor& got, const runtime::Tensor& want) {
+  const std::vector<double> a = runtime::to_f64_vector(got), b = runtime::to_f64_vector(want);
+  double largest = 0, worst = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (std::isfinite(b[i])) largest = std::max(largest, std::fabs(b[i]));
+    const double d = std::fabs(a[i] - b[i]);
+    worst = std::isnan(d) ? INFINITY : std::max(worst, d);
+  }
+  return worst / std::max(largest, 1e-30);
+}
+
+runtime::Bindings with_head_grads(const ir::Graph& g, const std::vector<std::string>& heads, runtime::Bindings vars) {
+  for (const std::string& name : heads) {
+    const ir::TensorType t = g.nodes.at(*g.find_var(name)).outputs.at(0);
+    runtime::Tensor ones(ir::TensorType{DType::f64, t.shape});
+    for (int64_t i = 0; i < ones.size(); ++i) ones.data<double>()[i] = 1;
+    vars[name] = runtime::cast(ones, t.dtype);
+  }
+  return vars;
+}
+
+class ModelBackward : public testing::TestWithParam<BackwardCase> {};
+
+TEST_P(ModelBackward, FusedGradientsEqualTheInterpreter) {
+  const BackwardCase& m = GetParam();
+#if defined(__SANITIZE_ADDRESS__)
+  if (m.big) GTEST_SKIP() << m.file << " takes minutes under ASan; the release build runs it";
+#endif
+  const std::string path = models_dir() + "/" + m.file;
+  if (!std::filesystem::exists(path)) GTEST_SKIP() << "no model at " << path;
+  ir::MxnetImportOptions io;
+  io.input_shapes = m.shapes;
+  const ir::Graph g = ir::load_mxnet_json_file(path, io);
+  const runtime::Bindings f32_vars = runtime::random_bindings(g, 2024);
+
+  for (const char* target : {"off", "bf16"}) {
+    SCOPED_TRACE(target);
+    ExecutorOptions eo;
+    eo.backward = BackwardOptions{};
+    if (std::string(target) == "bf16") eo.amp = AmpOptions{.target = DType::bf16};
+    const Executable exe = Executable::compile(g, eo);
+    const CompileStats& st = exe.compile_stats();
+    EXPECT_TRUE(st.fallbacks.empty()) << st.fallbacks[0];
+    ASSERT_FALSE(st.gradient_of.empty());
+    // The graph the executable runs (converted, differentiated) on the interpreter.
+    runtime::Bindings vars;
+    for (const ir::Node& n : exe.graph().nodes)
+      if (n.is_var() && f32_vars.count(n.name))
+        vars[n.name] = f32_vars.at(n.name).dtype() == n.outputs[0].dtype ? f32_vars.at(n.name)
+                                                                          : runtime::cast(f32_vars.at(n.name), n.outputs[0].dtype);
+    vars = with_head_grads(exe.graph(), st.head_grads, vars);
+    const std::vector<runtime::Tensor> want = runtime::interpret(exe.graph(), vars);
+    const std::vector<runtime::Tensor> got = exe.run(vars);
+    ASSERT_EQ(got.size(), st.forward_outputs + st.gradient_of.size());
+    const double tol = std::string(target) == "off" ? m.f32_tol : m.bf16_tol;
+    double worst = 0;
+    for (size_t v = 0; v < st.gradient_of.size(); ++v) {
+      const size_t o = st.forward_outputs + v;
+      ASSERT_EQ(got[o].type(), want[o].type()) << st.gradient_of[v];
+      const double err = relative_error(got[o], want[o]);
+      worst = std::max(worst, err);
+      EXPECT_LE(err, tol) << "gradient of " << st.gradient_of[v];
+    }
+    RecordProperty(std::string(target) + "_worst_gradient_error", std::to_string(worst));
+  }
+}
+
+std::string case_name(const testing::TestParamInfo<BackwardCase>& info) {
+  std::string s = info.param.file;
+  s = s.substr(0, s.find("-"));
+  std::replace_if(s.begin(), s.end(), [](char c) { return !std::isalnum(static_cast<unsigned char>(c)); }, '_');
+  return s;
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, ModelBackward, testing::ValuesIn(kModels), case_name);
+
+}  // namespace
+}  // namespace ampfuse::engine
