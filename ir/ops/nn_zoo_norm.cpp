@@ -1,4 +1,5 @@
-// InstanceNorm, GroupNorm, L2Normalization and LRN: schemas and type inference. Their
+// InstanceNorm, GroupNorm, L2Normalization and LRN: schemas, type inference and (LRN
+// aside) gradient rules, each one backward op of ir/ops/nn_loss_backward.cpp. Their
 // math is in runtime/reference/zoo_norm_kernels.cpp; like LayerNorm they reduce, so they
 // are external (compute) ops and run in f32 for low-precision data (the kernels load into
 // f32 and round once; MXNet's AMP lists put them in fp32 anyway, LRN bf16 excepted).
@@ -38,6 +39,7 @@ OpDef instance_norm_def() {
     ctx.outputs[0] = in;
   };
   d.amp_bf16 = d.amp_fp16 = AmpClass::fp32;
+  d.gradient = [](GradContext& c) { return normalization_gradient(c, "_backward_InstanceNorm", {"eps"}); };
   return d;
 }
 
@@ -67,6 +69,9 @@ OpDef group_norm_def() {
     for (size_t k = 1; k < ctx.outputs.size(); ++k) ctx.outputs[k] = TensorType{in.dtype, {in.shape[0], groups}};
   };
   d.amp_bf16 = d.amp_fp16 = AmpClass::fp32;
+  d.gradient = [](GradContext& c) {
+    return normalization_gradient(c, "_backward_GroupNorm", {"num_groups", "eps"});
+  };
   return d;
 }
 
@@ -86,6 +91,15 @@ OpDef l2_normalization_def() {
     ctx.outputs[0] = *data;
   };
   d.amp_bf16 = d.amp_fp16 = AmpClass::fp32;
+  d.gradient = [](GradContext& c) {
+    InputGrads grads(c.num_inputs());
+    if (!c.wants(0) || !c.out_grad_opt(0)) return grads;
+    Attrs a;
+    a.set("eps", c.attrs().get("eps"));
+    a.set("mode", c.attrs().get("mode"));
+    grads[0] = c.emit_typed("_backward_L2Normalization", {*c.out_grad_opt(0), c.input(0)}, std::move(a));
+    return grads;
+  };
   return d;
 }
 
