@@ -6,6 +6,8 @@
 #include "engine/execution/executor.h"
 #include "engine/passes/autodiff.h"
 #include "ir/builder.h"
+#include "ir/text_format.h"
+#include "ir/type_inference.h"
 #include "runtime/interpreter.h"
 #include "tests/gradient_check.h"
 #include "tests/test_util.h"
@@ -101,6 +103,12 @@ TEST(LossGradients, NormalizationsMatchFiniteDifferences) {
                                     std::pair{"spatial", Shape{2, 3, 5}}, std::pair{"spatial", Shape{1, 2, 3, 2}}}) {
     SCOPED_TRACE(std::string("L2Normalization ") + mode + " " + ir::shape_str(shape));
     EXPECT_TRUE(check_gradients(unary_graph("L2Normalization", shape, {{"mode", mode}, {"eps", "0.001"}})));
+  }  // LRN: odd and even windows, clipped at the edges, one channel alone.
+  for (const auto& [nsize, shape] : {std::pair{"3", Shape{2, 5, 2, 3}}, std::pair{"4", Shape{1, 6, 3, 1}},
+                                     std::pair{"5", Shape{1, 3, 2, 2}}, std::pair{"1", Shape{2, 1, 1, 3}}}) {
+    SCOPED_TRACE(std::string("LRN nsize=") + nsize + " " + ir::shape_str(shape));
+    EXPECT_TRUE(check_gradients(
+        unary_graph("LRN", shape, {{"nsize", nsize}, {"alpha", "0.5"}, {"beta", "0.75"}, {"knorm", "1.5"}})));
   }
 }
 
@@ -120,6 +128,21 @@ TEST(LossGradients, NormStatisticsOutputsAreRefused) {
     EXPECT_TRUE(check_gradients(graph(false)));
     EXPECT_ERROR(engine::build_backward(graph(true)), "output_mean_var=True: the mean and standard deviation");
   }
+}
+
+// The backward ops check their operands like any op; the error names the node.
+TEST(LossGradients, BackwardOpsRefuseMismatchedGradients) {
+  ir::Graph g = ir::parse_graph(R"(graph {
+  %dy = var input : f32[2,3]
+  %y = var input : f32[2,4]
+  %dx = _backward_softmax(%dy, %y) {axis=-1, dtype=f32}
+  return %dx
+})");
+  const std::string message = testing::error_message([&] { ir::infer_types(g); });
+  EXPECT_NE(message.find("dx"), std::string::npos) << message;
+  EXPECT_NE(message.find("the output gradient has shape [2,3] but the value it differentiates has [2,4]"),
+            std::string::npos)
+      << message;
 }
 
 // ---- loss heads: MXNet 1.9.1's implicit gradients ------------------------------------------
@@ -381,11 +404,12 @@ void expect_executor_matches_interpreter(const ir::Graph& backward, const runtim
 // gamma and beta.
 TEST(LossGradients, NormAndSoftmaxBackwardOnTheExecutor) {
   ir::GraphBuilder b;
-  const ValueRef x = b.input("x", {DType::f32, {4, 6, 5}});
+  const ValueRef x = b.input("x", {DType::f32, {3, 6, 5, 2}});
   const ValueRef ln = b.op("LayerNorm", {x, b.param("ln_gamma"), b.param("ln_beta")});
   const ValueRef gn = b.op("GroupNorm", {ln, b.param("gn_gamma"), b.param("gn_beta")}, {{"num_groups", "3"}});
   const ValueRef in = b.op("InstanceNorm", {gn, b.param("in_gamma"), b.param("in_beta")});
-  const ValueRef l2 = b.op("L2Normalization", {in}, {{"mode", "channel"}});
+  const ValueRef lrn = b.op("LRN", {in}, {{"nsize", "3"}, {"alpha", "0.5"}});
+  const ValueRef l2 = b.op("L2Normalization", {lrn}, {{"mode", "channel"}});
   const ValueRef sm = b.op("softmax", {l2}, {{"axis", "1"}, {"temperature", "0.5"}});
   b.output(b.op("elemwise_add", {b.op("log_softmax", {sm}), b.op("SoftmaxActivation", {l2}, {{"mode", "channel"}})}));
   const ir::Graph g = b.finish();

@@ -1,4 +1,5 @@
-// The backward ops of softmax, the SoftmaxOutput loss head and the normalizations, which
+// The backward ops of softmax, the SoftmaxOutput loss head and the normalizations (LRN
+// included), which
 // the gradient rules in nn_softmax.cpp, nn_norm.cpp and nn_zoo_norm.cpp emit. Their
 // math is in runtime/reference/loss_backward_kernels.cpp.
 //
@@ -122,6 +123,24 @@ OpDef backward_l2_normalization_def() {
   return d;
 }
 
+// dx of LRN, y = x * s^-beta with s = knorm + alpha / nsize * (sum of x^2 over the channel
+// window), MXNet 1.9.1's LRNBackward (nn/lrn-inl.h): with the window symmetric, channel c's
+// window holds i exactly when i's holds c, so
+//   dx_i = dy_i * s_i^-beta - 2 beta alpha / nsize * x_i * sum over i's window of
+//          dy_c * x_c * s_c^(-beta - 1). Inputs dy, x (N, C, H, W).
+OpDef backward_lrn_def() {
+  OpDef d = backward_op("_backward_LRN", {{"ograd"}, {"data"}},
+                        {required("nsize", AttrKind::Int), optional("alpha", AttrKind::Float, 1e-4),
+                         optional("beta", AttrKind::Float, 0.75), optional("knorm", AttrKind::Float, 2.0)});
+  d.infer = [](InferContext& ctx) {
+    require_same_shape(ctx, 0, 1);
+    if (ctx.in(1).shape.size() != 4) fail("the data {} must have rank 4 (N, C, H, W)", shape_str(ctx.in(1).shape));
+    if (ctx.attrs.get_int("nsize") < 1) fail("nsize={} must be at least 1", ctx.attrs.get_int("nsize"));
+    ctx.outputs[0] = ctx.in(1);
+  };
+  return d;
+}
+
 }  // namespace
 
 InputGrads normalization_gradient(GradContext& c, const std::string& backward_op,
@@ -152,6 +171,7 @@ void register_loss_backward_ops(OpRegistry& r) {
                           {optional("num_groups", AttrKind::Int, int64_t{1}), optional("eps", AttrKind::Float, 1e-5)},
                           2));
   r.add(backward_l2_normalization_def());
+  r.add(backward_lrn_def());
 }
 
 }  // namespace ampfuse::ir::nn

@@ -1,6 +1,6 @@
 // Reference kernels of the backward ops in ir/ops/nn_loss_backward.cpp: _backward_softmax,
-// _backward_SoftmaxOutput, _backward_LayerNorm/InstanceNorm/GroupNorm and
-// _backward_L2Normalization. Sums accumulate in the compute type (f32 for f32 and
+// _backward_SoftmaxOutput, _backward_LayerNorm/InstanceNorm/GroupNorm,
+// _backward_L2Normalization and _backward_LRN. Sums accumulate in the compute type (f32 for f32 and
 // low-precision data, f64 for f64); each output rounds once.
 #include "ir/error.h"
 #include "ir/ops/nn_params.h"
@@ -9,6 +9,7 @@
 #include "runtime/reference/norm_groups.h"
 #include "runtime/reference/reference_kernels.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -190,6 +191,40 @@ void backward_l2_normalization(const ir::Node& node, std::span<const Tensor> in,
   });
 }
 
+// The channel window of LRN's forward kernel (zoo_norm_kernels.cpp): c - h .. c + h,
+// h = (nsize - 1) / 2, clipped to the channels there are.
+void backward_lrn(const ir::Node& node, std::span<const Tensor> in, std::span<Tensor> out) {
+  const ir::Shape& s = in[1].shape();
+  const int64_t channels = s[1], plane = s[2] * s[3], nsize = node.attrs.get_int("nsize");
+  const int64_t half = (nsize - 1) / 2;
+  with_compute_type({in[0].dtype(), in[1].dtype()}, [&]<class T>() {
+    const T alpha = static_cast<T>(node.attrs.get_float("alpha")), beta = static_cast<T>(node.attrs.get_float("beta"));
+    const T scaled_alpha = alpha / static_cast<T>(nsize), knorm = static_cast<T>(node.attrs.get_float("knorm"));
+    const std::vector<T> dy = load<T>(in[0]), x = load<T>(in[1]);
+    // s per element, then t = dy * x * s^(-beta - 1), then dx.
+    std::vector<T> norm(x.size(), knorm), t(x.size()), dx(x.size());
+    for (int64_t b = 0; b < s[0]; ++b)
+      for (int64_t c = 0; c < channels; ++c) {
+        T* dst = norm.data() + (b * channels + c) * plane;
+        for (int64_t w = std::max<int64_t>(0, c - half); w < std::min(channels, c + half + 1); ++w) {
+          const T* src = x.data() + (b * channels + w) * plane;
+          for (int64_t p = 0; p < plane; ++p) dst[p] += scaled_alpha * src[p] * src[p];
+        }
+      }
+    for (size_t i = 0; i < x.size(); ++i) t[i] = dy[i] * x[i] * std::pow(norm[i], -beta - T(1));
+    for (int64_t b = 0; b < s[0]; ++b)
+      for (int64_t c = 0; c < channels; ++c) {
+        const int64_t at = (b * channels + c) * plane;
+        for (int64_t p = 0; p < plane; ++p) dx[at + p] = dy[at + p] * std::pow(norm[at + p], -beta);
+        for (int64_t w = std::max<int64_t>(0, c - half); w < std::min(channels, c + half + 1); ++w) {
+          const T* window = t.data() + (b * channels + w) * plane;
+          for (int64_t p = 0; p < plane; ++p) dx[at + p] -= T(2) * beta * scaled_alpha * x[at + p] * window[p];
+        }
+      }
+    store(dx, out[0]);
+  });
+}
+
 }  // namespace
 
 void register_loss_backward_kernels() {
@@ -199,6 +234,7 @@ void register_loss_backward_kernels() {
   register_reference_kernel("_backward_InstanceNorm", backward_instance_norm);
   register_reference_kernel("_backward_GroupNorm", backward_group_norm);
   register_reference_kernel("_backward_L2Normalization", backward_l2_normalization);
+  register_reference_kernel("_backward_LRN", backward_lrn);
 }
 
 }  // namespace ampfuse::runtime::ref
