@@ -385,6 +385,22 @@ TEST(LossGradients, LabelsGetNoGradient) {
   }
 }
 
+// Zero extents: empty gradients, no division by a zero extent.
+TEST(LossGradients, EmptyTensorsGiveEmptyGradients) {
+  const auto make_loss = [](const char* normalization) {
+    ir::GraphBuilder b;
+    b.output(b.op("make_loss", {b.param("a", TensorType{DType::f64, {2, 0}})}, {{"normalization", normalization}}));
+    return b.finish();
+  };
+  const std::vector<ir::Graph> graphs = {make_loss("batch"), make_loss("valid"), softmax_output_graph({3, 0}, {3}, {{"preserve_shape", "True"}}),
+                                         regression_graph("LinearRegressionOutput", {0, 3}, {0, 3}, {})};
+  for (const ir::Graph& g : graphs) {
+    const engine::BackwardGraph bg = engine::build_backward(g);
+    const std::vector<Tensor> outs = runtime::interpret(bg.graph, runtime::random_bindings(bg.graph, 37));
+    EXPECT_EQ(outs.back().size(), 0);
+  }
+}
+
 // ---- the backward graphs on the executor, f32 ----------------------------------------------
 
 void expect_executor_matches_interpreter(const ir::Graph& backward, const runtime::Bindings& vars) {

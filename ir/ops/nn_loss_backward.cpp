@@ -74,9 +74,10 @@ OpDef backward_softmax_output_def() {
     if (s.empty() || (multi && s.size() < 2)) fail("the output {} has too few axes", shape_str(s));
     // MXNet reads one label per row (multi_output: per (n, position)); more labels than
     // rows are read as far as the rows go (non-multi data of rank 3 and more).
-    const int64_t rows = multi ? num_elements(s) / s[1]
-                         : ctx.attrs.get_bool("preserve_shape") ? num_elements(s) / s.back()
-                                                                : s[0];
+    Shape row_axes = {s[0]};  // the axes that index softmax rows
+    if (multi) row_axes.insert(row_axes.end(), s.begin() + 2, s.end());
+    if (!multi && ctx.attrs.get_bool("preserve_shape")) row_axes.assign(s.begin(), s.end() - 1);
+    const int64_t rows = num_elements(row_axes);
     const int64_t labels = num_elements(label.shape);
     if (multi ? labels != rows : labels < rows)
       fail("the label {} has {} elements but the output {} has {} softmax rows", shape_str(label.shape), labels,

@@ -45,9 +45,8 @@ InputGrads regression_gradient(GradContext& c, bool mae) {
   if (!c.wants(0)) return grads;
   const TensorType out = c.type(c.output(0)), label_type = c.input_type(1);
   const double grad_scale = c.attrs().get_float("grad_scale");
-  const int64_t num_output = label_type.shape.empty() || label_type.shape[0] == 0
-                                 ? 1
-                                 : num_elements(label_type.shape) / label_type.shape[0];
+  const int64_t num_output =
+      label_type.shape.empty() ? 1 : num_elements(Shape(label_type.shape.begin() + 1, label_type.shape.end()));
   const ValueRef label = c.reshape(c.cast(c.input(1), out.dtype), out.shape);
   ValueRef diff;
   if (mae) {
@@ -74,9 +73,8 @@ InputGrads make_loss_gradient(GradContext& c) {
   if (!c.wants(0) || !is_float(data.dtype)) return grads;
   const Attrs a = c.attrs();
   const std::string& normalization = a.get_string("normalization");
-  const std::vector<int64_t> shape(data.shape.begin(), data.shape.end());
   if (normalization == "valid") {
-    Attrs thresh, at_least_one, over, to;
+    Attrs thresh, at_least_one, over;
     thresh.set("scalar", static_cast<double>(static_cast<float>(a.get_float("valid_thresh"))));
     at_least_one.set("scalar", 1.0);
     over.set("scalar", static_cast<double>(static_cast<float>(a.get_float("grad_scale"))));
@@ -85,18 +83,17 @@ InputGrads make_loss_gradient(GradContext& c) {
     const ValueRef valid = c.emit_typed("_greater_scalar", {c.input(0)}, std::move(thresh));
     const ValueRef count = c.emit_typed("_maximum_scalar", {c.emit_typed("sum", {valid}, std::move(all))},
                                         std::move(at_least_one));
-    to.set("shape", shape);
-    grads[0] = c.emit_typed("broadcast_to", {c.emit_typed("_rdiv_scalar", {count}, std::move(over))}, std::move(to));
+    // Spread by multiplying ones, which fuses (broadcast_like does not; broadcast_to reads a
+    // zero extent as "keep the input's").
+    const ValueRef per_element = c.emit_typed("_rdiv_scalar", {count}, std::move(over));
+    grads[0] = c.emit("broadcast_mul", {c.emit("ones_like", {c.input(0)}), per_element});
     return grads;
   }
-  const int64_t rows = data.shape.empty() ? 1 : num_elements(data.shape) / data.shape.back();
+  const int64_t rows = data.shape.empty() ? 1 : num_elements(Shape(data.shape.begin(), data.shape.end() - 1));
   const double value = normalization == "batch" ? float_scale(a.get_float("grad_scale"), rows)
                                                 : static_cast<double>(static_cast<float>(a.get_float("grad_scale")));
-  Attrs full;
-  full.set("shape", shape);
-  full.set("dtype", data.dtype);
-  full.set("value", value);
-  grads[0] = c.emit_typed("_full", {}, std::move(full));
+  // ones_like, not _full: _full reads a zero extent as "decided by the consumer".
+  grads[0] = scaled(c, c.emit("ones_like", {c.input(0)}), value);
   return grads;
 }
 

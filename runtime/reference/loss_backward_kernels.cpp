@@ -64,18 +64,20 @@ int64_t class_of(double label) {
 void backward_softmax_output(const ir::Node& node, std::span<const Tensor> in, std::span<Tensor> out) {
   const ir::Attrs& a = node.attrs;
   const ir::Shape& s = in[0].shape();
-  const int64_t size = in[0].size();
   const bool multi = a.get_bool("multi_output");
   // Rows of `classes` elements `stride` apart; row r's label is labels[r].
   int64_t rows = 0, classes = 0, stride = 1, positions = 1;
   if (multi) {
     classes = s[1];
-    positions = size / s[0] / classes;
+    positions = extent(s, 2, s.size());
     rows = s[0] * positions;
     stride = positions;
+  } else if (a.get_bool("preserve_shape")) {
+    rows = extent(s, 0, s.size() - 1);
+    classes = s.back();
   } else {
-    rows = a.get_bool("preserve_shape") ? size / s.back() : s[0];
-    classes = rows == 0 ? 0 : size / rows;
+    rows = s[0];
+    classes = extent(s, 1, s.size());
   }
   const auto first = [&](int64_t r) { return multi ? (r / positions) * classes * positions + r % positions : r * classes; };
   const std::vector<double> labels = load<double>(in[1]);
