@@ -142,7 +142,14 @@ TEST(LossGradients, BackwardOpsRefuseMismatchedGradients) {
   EXPECT_NE(message.find("dx"), std::string::npos) << message;
   EXPECT_NE(message.find("the output gradient has shape [2,3] but the value it differentiates has [2,4]"),
             std::string::npos)
-      << message;
+      << message;  ir::Graph norm = ir::parse_graph(R"(graph {
+  %dy = var input : f32[2,6,3]
+  %x = var input : f32[2,6,3]
+  %gamma = var param : f32[4]
+  %grads = _backward_GroupNorm(%dy, %x, %gamma) {num_groups=4}
+  return %grads
+})");
+  EXPECT_ERROR(ir::infer_types(norm), "num_groups=4 does not divide the channels of the data [2,6,3]");
 }
 
 // ---- loss heads: MXNet 1.9.1's implicit gradients ------------------------------------------

@@ -1,7 +1,6 @@
 // The backward ops of softmax, the SoftmaxOutput loss head and the normalizations (LRN
-// included), which
-// the gradient rules in nn_softmax.cpp, nn_norm.cpp and nn_zoo_norm.cpp emit. Their
-// math is in runtime/reference/loss_backward_kernels.cpp.
+// included), which the gradient rules in nn_softmax.cpp, nn_norm.cpp and nn_zoo_norm.cpp
+// emit. Their math is in runtime/reference/loss_backward_kernels.cpp.
 //
 // Each reduces along rows (a sum over the softmax axis, the statistics of a normalized
 // group), which the fusion planner does not fuse, so written with forward ops (sum with
@@ -13,6 +12,8 @@
 #include "ir/error.h"
 #include "ir/ops/nn_ops.h"
 #include "ir/ops/nn_params.h"
+
+#include <functional>
 
 namespace ampfuse::ir::nn {
 
@@ -87,28 +88,42 @@ OpDef backward_softmax_output_def() {
   return d;
 }
 
-// The three outputs of a normalization's backward op: dx, dgamma, dbeta, typed like x,
-// gamma and gamma (the rule casts dbeta to beta's dtype).
-void infer_norm_backward(InferContext& ctx) {
-  require_same_shape(ctx, 0, 1);
-  const TensorType x = ctx.in(1), gamma = ctx.in(2);
-  require_float(gamma, "gamma");
-  ctx.outputs[0] = x;
-  ctx.outputs[1] = ctx.outputs[2] = gamma;
-}
-
-// Inputs dy, x, gamma; the statistics are recomputed from x, as MXNet's backward does.
-// LayerNorm: groups along `axis`, gamma per position on it. InstanceNorm: groups (n, c),
-// gamma per channel. GroupNorm: groups (n, group), gamma per group.
-OpDef norm_backward_def(std::string name, std::vector<AttrSpec> attrs, size_t min_rank) {
+// Inputs dy, x, gamma; outputs dx, dgamma, dbeta, typed like x, gamma and gamma (the rule
+// casts dbeta to beta's dtype). The statistics are recomputed from x, as MXNet's backward
+// does. `scales` gives gamma's extent for data of a shape (and checks the shape): LayerNorm
+// groups along `axis`, gamma per position on it; InstanceNorm groups (n, c), gamma per
+// channel; GroupNorm groups (n, group), gamma per group.
+OpDef norm_backward_def(std::string name, std::vector<AttrSpec> attrs,
+                        std::function<int64_t(const Attrs&, const Shape&)> scales) {
   OpDef d = backward_op(std::move(name), {{"ograd"}, {"data"}, {"gamma"}}, std::move(attrs));
   d.num_outputs = [](const Attrs&) { return 3; };
-  d.infer = [min_rank](InferContext& ctx) {
-    if (ctx.in(1).shape.size() < min_rank)
-      fail("the data {} needs rank {} or more", shape_str(ctx.in(1).shape), min_rank);
-    infer_norm_backward(ctx);
+  d.infer = [scales](InferContext& ctx) {
+    require_same_shape(ctx, 0, 1);
+    const TensorType x = ctx.in(1), gamma = ctx.in(2);
+    require_float(gamma, "gamma");
+    const int64_t want = scales(ctx.attrs, x.shape);
+    if (gamma.shape != Shape{want})
+      fail("gamma has shape {} but the data {} needs [{}]", shape_str(gamma.shape), shape_str(x.shape), want);
+    ctx.outputs[0] = x;
+    ctx.outputs[1] = ctx.outputs[2] = gamma;
   };
   return d;
+}
+
+int64_t layer_norm_scales(const Attrs& a, const Shape& s) {
+  return s.at(static_cast<size_t>(normalize_axis(a.get_int("axis"), s.size())));
+}
+
+int64_t instance_norm_scales(const Attrs&, const Shape& s) {
+  if (s.size() < 3) fail("the data {} needs rank 3 or more (N, C, spatial...)", shape_str(s));
+  return s[1];
+}
+
+int64_t group_norm_scales(const Attrs& a, const Shape& s) {
+  const int64_t groups = a.get_int("num_groups");
+  if (s.size() < 2 || groups < 1 || s[1] % groups != 0)
+    fail("num_groups={} does not divide the channels of the data {}", groups, shape_str(s));
+  return groups;
 }
 
 // dx of L2Normalization, y = x / n with n = sqrt(sum(x^2) + eps) per group:
@@ -166,11 +181,12 @@ void register_loss_backward_ops(OpRegistry& r) {
   r.add(backward_softmax_def());
   r.add(backward_softmax_output_def());
   r.add(norm_backward_def("_backward_LayerNorm",
-                          {optional("axis", AttrKind::Int, int64_t{-1}), optional("eps", AttrKind::Float, 1e-5)}, 1));
-  r.add(norm_backward_def("_backward_InstanceNorm", {optional("eps", AttrKind::Float, 1e-3)}, 3));
+                          {optional("axis", AttrKind::Int, int64_t{-1}), optional("eps", AttrKind::Float, 1e-5)},
+                          layer_norm_scales));
+  r.add(norm_backward_def("_backward_InstanceNorm", {optional("eps", AttrKind::Float, 1e-3)}, instance_norm_scales));
   r.add(norm_backward_def("_backward_GroupNorm",
                           {optional("num_groups", AttrKind::Int, int64_t{1}), optional("eps", AttrKind::Float, 1e-5)},
-                          2));
+                          group_norm_scales));
   r.add(backward_l2_normalization_def());
   r.add(backward_lrn_def());
 }
