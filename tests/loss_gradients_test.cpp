@@ -112,6 +112,47 @@ TEST(LossGradients, NormalizationsMatchFiniteDifferences) {
   }
 }
 
+// Low-precision data: the backward kernels widen exactly, compute in f32 and round each
+// output once, so an f16 or bf16 gradient is the f32 gradient of the same values rounded.
+TEST(LossGradients, LowPrecisionGradientsRoundTheF32OnesOnce) {
+  struct Case {
+    std::string op;
+    Shape shape;
+    Attrs attrs;
+    bool affine;  // has gamma and beta
+  };
+  const std::vector<Case> cases = {{"LayerNorm", {3, 7}, {}, true},
+                                   {"GroupNorm", {2, 4, 3}, {{"num_groups", "2"}}, true},
+                                   {"L2Normalization", {3, 5}, {}, false},
+                                   {"LRN", {1, 5, 2, 2}, {{"nsize", "3"}}, false}};
+  for (const Case& c : cases)
+    for (DType lowp : {DType::f16, DType::bf16}) {
+      SCOPED_TRACE(c.op + " " + std::string(ir::dtype_name(lowp)));
+      const auto graph = [&](DType t) {
+        ir::GraphBuilder b;
+        std::vector<ValueRef> ins = {b.input("x", {t, c.shape})};
+        if (c.affine) {
+          ins.push_back(b.param("gamma"));
+          ins.push_back(b.param("beta"));
+        }
+        b.output(b.op(c.op, ins, c.attrs));
+        return engine::build_backward(b.finish(), {.with_inputs = true}).graph;
+      };
+      const ir::Graph narrow = graph(lowp), wide = graph(DType::f32);
+      const runtime::Bindings narrow_vars = runtime::random_bindings(narrow, 41);
+      runtime::Bindings wide_vars;
+      for (const auto& [name, t] : narrow_vars) wide_vars[name] = runtime::cast(t, DType::f32);
+      const std::vector<Tensor> got = runtime::interpret(narrow, narrow_vars), want = runtime::interpret(wide, wide_vars);
+      ASSERT_EQ(got.size(), want.size());
+      for (size_t k = 1; k < got.size(); ++k) {
+        const Tensor rounded = runtime::cast(want[k], lowp);
+        ASSERT_EQ(got[k].type(), rounded.type()) << "output " << k;
+        for (int64_t i = 0; i < got[k].size(); ++i)
+          EXPECT_EQ(got[k].get_f64(i), rounded.get_f64(i)) << "output " << k << " element " << i;
+      }
+    }
+}
+
 // output_mean_var: the normalized output differentiates; its statistics do not.
 TEST(LossGradients, NormStatisticsOutputsAreRefused) {
   for (const char* op : {"LayerNorm", "GroupNorm"}) {
