@@ -1,11 +1,12 @@
 // Loss heads (LinearRegressionOutput, LogisticRegressionOutput, MAERegressionOutput,
 // MakeLoss) and linear algebra (_linalg_gemm2, _linalg_gemm): schemas, type inference and,
-// for the loss heads, the scalar recipe of their forward pass.
+// for the loss heads, the scalar recipe of their forward pass and their gradient.
 //
-// A loss head's forward is elementwise: identity, or sigmoid for LogisticRegressionOutput.
-// Their labels and gradient settings only matter to training (a later issue), so the
-// label is accepted and ignored, and the heads fuse like any elementwise op. MXNet's AMP
-// lists put all of them (and both gemms) in fp32.
+// A loss head's forward is elementwise: identity, or sigmoid for LogisticRegressionOutput,
+// and the heads fuse like any elementwise op. As graph outputs they supply their own
+// gradient (OpDef::loss_head), MXNet 1.9.1's implicit one, ignoring any head gradient;
+// their labels get none. The gradients are written with elementwise and reduction ops, so
+// they fuse too. MXNet's AMP lists put all of them (and both gemms) in fp32.
 #include "ir/error.h"
 #include "ir/ops/nn_ops.h"
 #include "ir/ops/op_helpers.h"
@@ -21,6 +22,79 @@ using Val = ScalarBuilder::Val;
 Val sigmoid(ScalarBuilder& b, Val x) {
   const Val one = b.constant(1);
   return b.div(one, b.add(one, b.unary(ScalarOp::exp, b.unary(ScalarOp::neg, x))));
+}
+
+// A scale MXNet computes from its float parameters, in float arithmetic, before
+// converting it to the data's type: the value a scalar op gets to match it.
+double float_scale(double grad_scale, int64_t divisor) {
+  return static_cast<double>(static_cast<float>(grad_scale) / static_cast<float>(divisor));
+}
+
+ValueRef scaled(GradContext& c, ValueRef v, double scale) {
+  Attrs a;
+  a.set("scalar", scale);
+  return c.emit_typed("_mul_scalar", {v}, std::move(a));
+}
+
+// MXNet 1.9.1's regression_output-inl.h RegressionBackward: grad = BackwardOp(out, label)
+// * grad_scale / num_output, num_output = label.Size() / label.shape[0] (integer division),
+// the scale computed in float. BackwardOp is out - label (linear, logistic: out is the
+// sigmoid already) or, for MAE, minus_sign: out - label > 0 ? 1 : -1, so a tie gives -1.
+InputGrads regression_gradient(GradContext& c, bool mae) {
+  InputGrads grads(c.num_inputs());
+  if (!c.wants(0)) return grads;
+  const TensorType out = c.type(c.output(0)), label_type = c.input_type(1);
+  const double grad_scale = c.attrs().get_float("grad_scale");
+  const int64_t num_output =
+      label_type.shape.empty() ? 1 : num_elements(Shape(label_type.shape.begin() + 1, label_type.shape.end()));
+  const ValueRef label = c.reshape(c.cast(c.input(1), out.dtype), out.shape);
+  ValueRef diff;
+  if (mae) {
+    // out > label is out - label > 0 for every pair of floats (a difference of two
+    // unequal floats is never zero, NaN compares false both ways).
+    const ValueRef above = c.emit("_greater", {c.output(0), label});
+    Attrs one;
+    one.set("scalar", 1.0);
+    diff = c.emit_typed("_minus_scalar", {scaled(c, above, 2.0)}, std::move(one));
+  } else {
+    diff = c.emit("elemwise_sub", {c.output(0), label});
+  }
+  grads[0] = scaled(c, diff, float_scale(grad_scale, num_output));
+  return grads;
+}
+
+// MXNet 1.9.1's make_loss-inl.h Backward, a constant gradient: grad_scale (null),
+// grad_scale / rows (batch; rows: every axis but the last, MXNet's FlatTo2D), or
+// grad_scale / max(1, number of elements > valid_thresh) (valid), the division in the
+// data's type. make_loss, an alias here, has MXNet's gradient ones_like: the defaults.
+InputGrads make_loss_gradient(GradContext& c) {
+  InputGrads grads(c.num_inputs());
+  const TensorType data = c.input_type(0);
+  if (!c.wants(0) || !is_float(data.dtype)) return grads;
+  const Attrs a = c.attrs();
+  const std::string& normalization = a.get_string("normalization");
+  if (normalization == "valid") {
+    Attrs thresh, at_least_one, over;
+    thresh.set("scalar", static_cast<double>(static_cast<float>(a.get_float("valid_thresh"))));
+    at_least_one.set("scalar", 1.0);
+    over.set("scalar", static_cast<double>(static_cast<float>(a.get_float("grad_scale"))));
+    Attrs all;
+    all.set("keepdims", true);
+    const ValueRef valid = c.emit_typed("_greater_scalar", {c.input(0)}, std::move(thresh));
+    const ValueRef count = c.emit_typed("_maximum_scalar", {c.emit_typed("sum", {valid}, std::move(all))},
+                                        std::move(at_least_one));
+    // Spread by multiplying ones, which fuses (broadcast_like does not; broadcast_to reads a
+    // zero extent as "keep the input's").
+    const ValueRef per_element = c.emit_typed("_rdiv_scalar", {count}, std::move(over));
+    grads[0] = c.emit("broadcast_mul", {c.emit("ones_like", {c.input(0)}), per_element});
+    return grads;
+  }
+  const int64_t rows = data.shape.empty() ? 1 : num_elements(Shape(data.shape.begin(), data.shape.end() - 1));
+  const double value = normalization == "batch" ? float_scale(a.get_float("grad_scale"), rows)
+                                                : static_cast<double>(static_cast<float>(a.get_float("grad_scale")));
+  // ones_like, not _full: _full reads a zero extent as "decided by the consumer".
+  grads[0] = scaled(c, c.emit("ones_like", {c.input(0)}), value);
+  return grads;
 }
 
 // The label's shape as MXNet's regression outputs check it: the data's, or (N,) for data
@@ -39,13 +113,13 @@ void infer_regression_label(InferContext& ctx, const TensorType& data) {
          shape_str(label->shape), shape_str(data.shape));
 }
 
-OpDef regression_output_def(const char* name, bool logistic) {
+OpDef regression_output_def(const char* name, bool logistic, bool mae) {
   OpDef d;
   d.name = name;
   d.kind = OpKind::elementwise;
   d.fusable = true;
   d.inputs = {{"data"}, {"label"}};  // label input
-  d.ignored_attrs = {"grad_scale"};
+  d.attrs = {optional("grad_scale", AttrKind::Float, 1.0)};
   d.infer = [](InferContext& ctx) {
     const TensorType* data = known_input(ctx, 0);
     if (!data) return;
@@ -61,6 +135,8 @@ OpDef regression_output_def(const char* name, bool logistic) {
   else
     d.recipe = [](ScalarBuilder& b, const Attrs&) -> std::vector<Val> { return {b.input(0)}; };
   d.amp_bf16 = d.amp_fp16 = AmpClass::fp32;
+  d.loss_head = true;
+  d.gradient = [mae](GradContext& c) { return regression_gradient(c, mae); };
   return d;
 }
 
@@ -72,7 +148,8 @@ OpDef make_loss_def() {
   d.kind = OpKind::elementwise;
   d.fusable = true;
   d.inputs = {{"data"}};
-  d.ignored_attrs = {"grad_scale", "valid_thresh", "normalization"};
+  d.attrs = {optional("grad_scale", AttrKind::Float, 1.0), optional("valid_thresh", AttrKind::Float, 0.0),
+             one_of("normalization", "null", {"null", "batch", "valid"})};
   d.infer = [](InferContext& ctx) {
     const TensorType* data = known_input(ctx, 0);
     if (!data) return;
@@ -81,6 +158,8 @@ OpDef make_loss_def() {
   d.recipe = [](ScalarBuilder& b, const Attrs&) -> std::vector<Val> { return {b.input(0)}; };
   d.channels_last = ChannelsLastRule{};  // channels anywhere: the identity
   d.amp_bf16 = d.amp_fp16 = AmpClass::fp32;
+  d.loss_head = true;
+  d.gradient = make_loss_gradient;
   return d;
 }
 
@@ -132,9 +211,9 @@ OpDef linalg_gemm_def(const char* name, bool with_c) {
 }  // namespace
 
 void register_loss_linalg_ops(OpRegistry& r) {
-  r.add(regression_output_def("LinearRegressionOutput", false));
-  r.add(regression_output_def("LogisticRegressionOutput", true));
-  r.add(regression_output_def("MAERegressionOutput", false));
+  r.add(regression_output_def("LinearRegressionOutput", false, false));
+  r.add(regression_output_def("LogisticRegressionOutput", true, false));
+  r.add(regression_output_def("MAERegressionOutput", false, true));
   r.add(make_loss_def());
   r.add(linalg_gemm_def("_linalg_gemm2", false));
   r.add(linalg_gemm_def("_linalg_gemm", true));

@@ -1,4 +1,4 @@
-// BatchNorm and LayerNorm: schemas and type inference.
+// BatchNorm and LayerNorm: schemas, type inference and (LayerNorm) the gradient rule.
 #include "ir/error.h"
 #include "ir/ops/nn_norm.h"
 #include "ir/ops/nn_ops.h"
@@ -146,6 +146,7 @@ OpDef layer_norm_def() {
     for (size_t k = 1; k < ctx.outputs.size(); ++k) ctx.outputs[k] = TensorType{in.dtype, reduced};
   };
   d.amp_bf16 = d.amp_fp16 = AmpClass::fp32;
+  d.gradient = [](GradContext& c) { return normalization_gradient(c, "_backward_LayerNorm", {"axis", "eps"}); };
   return d;
 }
 

@@ -19,6 +19,14 @@ void register_zoo_norm_ops(OpRegistry& r);     // InstanceNorm, GroupNorm, L2Nor
 void register_ordering_ops(OpRegistry& r);     // norm, nansum, argmax..., topk, sort, argsort
 void register_loss_linalg_ops(OpRegistry& r);  // regression outputs, MakeLoss, _linalg_gemm*
 void register_adaptive_pool_ops(OpRegistry& r);  // _contrib_AdaptiveAvgPooling2D
+void register_loss_backward_ops(OpRegistry& r);  // _backward_softmax, _backward_SoftmaxOutput, norms
+
+// The gradient rule of a normalization (data, gamma, beta) -> y [, mean, std]: one
+// `backward_op` node (ir/ops/nn_loss_backward.cpp) of dy, data and gamma with the forward
+// node's attributes `copied`, giving dx, dgamma and dbeta. Throws when a gradient reaches
+// the statistics of output_mean_var=True.
+InputGrads normalization_gradient(GradContext& c, const std::string& backward_op,
+                                  const std::vector<std::string>& copied);
 
 // Attribute schema entries.
 inline AttrSpec required(std::string name, AttrKind kind) { return {std::move(name), kind, std::nullopt, {}}; }

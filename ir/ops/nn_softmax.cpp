@@ -1,5 +1,5 @@
-// softmax, log_softmax, softmin, SoftmaxActivation and SoftmaxOutput: schemas and type
-// inference.
+// softmax, log_softmax, softmin, SoftmaxActivation and SoftmaxOutput: schemas, type
+// inference and gradient rules.
 #include "ir/error.h"
 #include "ir/ops/nn_ops.h"
 #include "ir/ops/nn_params.h"
@@ -7,6 +7,23 @@
 namespace ampfuse::ir::nn {
 
 namespace {
+
+// The gradient of a softmax along `axis` (log_softmax with `log`, softmin with `negate`)
+// is one `_backward_softmax` of the output and its gradient (ir/ops/nn_loss_backward.cpp
+// says why one op rather than sum and broadcast ops): the output is what MXNet's
+// backward reads too, so x need not be kept.
+InputGrads softmax_gradient(GradContext& c, int64_t axis, double temperature, bool log, bool negate) {
+  InputGrads grads(c.num_inputs());
+  if (!c.wants(0) || !c.out_grad_opt(0)) return grads;
+  Attrs a;
+  a.set("axis", axis);
+  a.set("temperature", temperature);
+  a.set("log", log);
+  a.set("negate", negate);
+  a.set("dtype", c.input_type(0).dtype);
+  grads[0] = c.emit_typed("_backward_softmax", {*c.out_grad_opt(0), c.output(0)}, std::move(a));
+  return grads;
+}
 
 // softmin is softmax of the negated data (MXNet's softmax with negate=true), with
 // softmax's attributes.
@@ -31,6 +48,12 @@ OpDef softmax_def(const char* name) {
     ctx.outputs[0] = TensorType{out, data->shape};
   };
   d.amp_bf16 = d.amp_fp16 = AmpClass::fp32;
+  const bool log = std::string_view(name) == "log_softmax", negate = std::string_view(name) == "softmin";
+  d.gradient = [log, negate](GradContext& c) {
+    const Attrs& a = c.attrs();
+    return softmax_gradient(c, a.get_int("axis"), a.is_none("temperature") ? 1.0 : a.get_float("temperature"), log,
+                            negate);
+  };
   return d;
 }
 
@@ -52,7 +75,38 @@ OpDef softmax_activation_def() {
     ctx.outputs[0] = *data;
   };
   d.amp_bf16 = d.amp_fp16 = AmpClass::fp32;
+  d.gradient = [](GradContext& c) {
+    return softmax_gradient(c, c.attrs().get_string("mode") == "channel" ? 1 : -1, 1.0, false, false);
+  };
   return d;
+}
+
+// SoftmaxOutput is a loss head: its gradient is MXNet 1.9.1's implicit one (softmax_output-
+// inl.h), (softmax - one_hot(label)) * grad_scale normalized, whatever gradient reaches its
+// output; the label gets none. A label of the data's shape holds probabilities:
+// (out - label) * grad_scale, unnormalized, as MXNet. The class-label form is one
+// `_backward_SoftmaxOutput` (ir/ops/nn_loss_backward.cpp), whose kernel says how each
+// attribute counts. out_grad=True (multiply by the head gradient) is refused: a loss
+// head gets none here.
+InputGrads softmax_output_gradient(GradContext& c) {
+  InputGrads grads(c.num_inputs());
+  if (!c.wants(0)) return grads;
+  const Attrs a = c.attrs();
+  if (a.get_bool("out_grad")) fail("out_grad=True is not supported: a loss head receives no head gradient");
+  const TensorType out = c.type(c.output(0));
+  if (c.input_type(1).shape == out.shape) {
+    const ValueRef diff = c.emit("elemwise_sub", {c.output(0), c.cast(c.input(1), out.dtype)});
+    Attrs scale;
+    scale.set("scalar", static_cast<double>(static_cast<float>(a.get_float("grad_scale"))));
+    grads[0] = c.emit_typed("_mul_scalar", {diff}, std::move(scale));
+    return grads;
+  }
+  Attrs b;
+  for (const char* k : {"grad_scale", "ignore_label", "use_ignore", "multi_output", "preserve_shape", "normalization",
+                        "smooth_alpha"})
+    b.set(k, a.get(k));
+  grads[0] = c.emit_typed("_backward_SoftmaxOutput", {c.output(0), c.input(1)}, std::move(b));
+  return grads;
 }
 
 // The label only matters to the gradient: inference accepts any label and, when the
@@ -62,8 +116,10 @@ OpDef softmax_output_def() {
   d.name = "SoftmaxOutput";
   d.kind = OpKind::compute;
   d.inputs = {{"data"}, {.name = "label", .index = true}};
-  d.attrs = {optional("multi_output", AttrKind::Bool, false), optional("preserve_shape", AttrKind::Bool, false)};
-  d.ignored_attrs = {"grad_scale", "ignore_label", "use_ignore", "normalization", "out_grad", "smooth_alpha"};
+  d.attrs = {optional("multi_output", AttrKind::Bool, false), optional("preserve_shape", AttrKind::Bool, false),
+             optional("grad_scale", AttrKind::Float, 1.0), optional("ignore_label", AttrKind::Float, -1.0),
+             optional("use_ignore", AttrKind::Bool, false), one_of("normalization", "null", {"null", "batch", "valid"}),
+             optional("out_grad", AttrKind::Bool, false), optional("smooth_alpha", AttrKind::Float, 0.0)};
   d.infer = [](InferContext& ctx) {
     const TensorType* data = known_input(ctx, 0);
     if (!data) return;
@@ -80,6 +136,8 @@ OpDef softmax_output_def() {
     ctx.outputs[0] = in;
   };
   d.amp_bf16 = d.amp_fp16 = AmpClass::fp32;
+  d.loss_head = true;
+  d.gradient = softmax_output_gradient;
   return d;
 }
 

@@ -1,10 +1,14 @@
-// InstanceNorm, GroupNorm, L2Normalization and LRN: schemas and type inference. Their
+// InstanceNorm, GroupNorm, L2Normalization and LRN: schemas, type inference and gradient
+// rules, each one backward op of ir/ops/nn_loss_backward.cpp. Their
 // math is in runtime/reference/zoo_norm_kernels.cpp; like LayerNorm they reduce, so they
 // are external (compute) ops and run in f32 for low-precision data (the kernels load into
 // f32 and round once; MXNet's AMP lists put them in fp32 anyway, LRN bf16 excepted).
 #include "ir/error.h"
 #include "ir/ops/nn_ops.h"
 #include "ir/ops/nn_params.h"
+
+#include <initializer_list>
+#include <string>
 
 namespace ampfuse::ir::nn {
 
@@ -19,6 +23,17 @@ const TensorType* norm_data(const InferContext& ctx, size_t min_rank, std::strin
     fail("the data {} has rank {}; {} needs rank {} or more", shape_str(data->shape), data->shape.size(), why,
          min_rank);
   return data;
+}
+
+// The gradient of a one-input normalization: its backward op of (dy, x), with the
+// forward node's attributes `copied`.
+InputGrads data_gradient(GradContext& c, const std::string& backward_op, std::initializer_list<const char*> copied) {
+  InputGrads grads(c.num_inputs());
+  if (!c.wants(0) || !c.out_grad_opt(0)) return grads;
+  Attrs a;
+  for (const char* k : copied) a.set(k, c.attrs().get(k));
+  grads[0] = c.emit_typed(backward_op, {*c.out_grad_opt(0), c.input(0)}, std::move(a));
+  return grads;
 }
 
 // y = (x - mean) / sqrt(var + eps) * gamma[c] + beta[c], mean and (biased) var over the
@@ -38,6 +53,7 @@ OpDef instance_norm_def() {
     ctx.outputs[0] = in;
   };
   d.amp_bf16 = d.amp_fp16 = AmpClass::fp32;
+  d.gradient = [](GradContext& c) { return normalization_gradient(c, "_backward_InstanceNorm", {"eps"}); };
   return d;
 }
 
@@ -67,6 +83,9 @@ OpDef group_norm_def() {
     for (size_t k = 1; k < ctx.outputs.size(); ++k) ctx.outputs[k] = TensorType{in.dtype, {in.shape[0], groups}};
   };
   d.amp_bf16 = d.amp_fp16 = AmpClass::fp32;
+  d.gradient = [](GradContext& c) {
+    return normalization_gradient(c, "_backward_GroupNorm", {"num_groups", "eps"});
+  };
   return d;
 }
 
@@ -86,6 +105,7 @@ OpDef l2_normalization_def() {
     ctx.outputs[0] = *data;
   };
   d.amp_bf16 = d.amp_fp16 = AmpClass::fp32;
+  d.gradient = [](GradContext& c) { return data_gradient(c, "_backward_L2Normalization", {"eps", "mode"}); };
   return d;
 }
 
@@ -106,6 +126,9 @@ OpDef lrn_def() {
     if (!data) return;
     if (data->shape.size() != 4) fail("the data {} must have rank 4 (N, C, H, W)", shape_str(data->shape));
     ctx.outputs[0] = *data;
+  };
+  d.gradient = [](GradContext& c) {
+    return data_gradient(c, "_backward_LRN", {"nsize", "alpha", "beta", "knorm"});
   };
   d.amp_fp16 = AmpClass::fp32;
   d.amp_bf16 = AmpClass::neutral;  // MXNet's BF16_FP32_FUNCS: runs in bf16 or f32

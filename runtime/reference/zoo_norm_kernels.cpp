@@ -4,6 +4,7 @@
 #include "ir/error.h"
 #include "runtime/reference/kernel_io.h"
 #include "runtime/reference/nn_kernel_families.h"
+#include "runtime/reference/norm_groups.h"
 #include "runtime/reference/reference_kernels.h"
 
 #include <algorithm>
@@ -12,25 +13,6 @@
 namespace ampfuse::runtime::ref {
 
 namespace {
-
-// The data as `outer` groups of `n` elements, element i of group o at (o / inner) * n *
-// inner + i * inner + o % inner: the layout of every normalization here.
-struct Groups {
-  int64_t outer = 1, n = 1, inner = 1;
-  int64_t at(int64_t o, int64_t i) const { return (o / inner) * n * inner + i * inner + o % inner; }
-};
-
-// Mean and biased variance of group o, two passes (the mean first, then squared
-// deviations from it), as MXNet's instance and group norms compute them.
-template <class T>
-std::pair<T, T> mean_var(const std::vector<T>& x, const Groups& g, int64_t o) {
-  T sum = 0;
-  for (int64_t i = 0; i < g.n; ++i) sum += x[g.at(o, i)];
-  const T mean = sum / static_cast<T>(g.n);
-  T sq = 0;
-  for (int64_t i = 0; i < g.n; ++i) sq += (x[g.at(o, i)] - mean) * (x[g.at(o, i)] - mean);
-  return {mean, sq / static_cast<T>(g.n)};
-}
 
 // y = (x - mean) / sqrt(var + eps) * gamma[o % scales] + beta[o % scales] per group o;
 // the means and standard deviations go to `stats` when it is given (GroupNorm's extras).
@@ -74,12 +56,7 @@ void group_norm(const ir::Node& node, std::span<const Tensor> in, std::span<Tens
 // y = x / sqrt(sum of x^2 over the group + eps).
 void l2_normalization(const ir::Node& node, std::span<const Tensor> in, std::span<Tensor> out) {
   const ir::Shape& s = in[0].shape();
-  const std::string& mode = node.attrs.get_string("mode");
-  Groups g;
-  if (mode == "channel") g = {s[0] * extent(s, 2, s.size()), s[1], extent(s, 2, s.size())};
-  else if (mode == "spatial") g = {s[0] * s[1], extent(s, 2, s.size()), 1};
-  else g = {s[0], extent(s, 1, s.size()), 1};
-  if (s.size() == 1) g = {1, s[0], 1};  // instance mode on 1-D data: one group
+  const Groups g = l2_normalization_groups(s, node.attrs.get_string("mode"));
   with_compute_type({in[0].dtype()}, [&]<class T>() {
     const T eps = static_cast<T>(node.attrs.get_float("eps"));
     std::vector<T> x = load<T>(in[0]);
