@@ -19,8 +19,9 @@ namespace {
 // kernel has to be written for each backend. The statistics are the forward node's batch
 // mean and invstd outputs (3 and 4), so nothing is recomputed. It is computed in the
 // statistics' type (f32, f64 for f64 data) and dx rounded once to the data's dtype.
-// The moving-statistics outputs (1 and 2) get no gradient: MXNet treats them as aux
-// states, which training writes back but never differentiates.
+// Only y's gradient flows back, as in MXNet, whose backward reads only that one: the
+// moving statistics (outputs 1 and 2) are aux states, written back but never
+// differentiated, and the batch mean and invstd (3 and 4, output_mean_var's) pass none.
 InputGrads batch_norm_train_gradient(GradContext& c) {
   const Attrs attrs = c.attrs();
   const TensorType data = c.input_type(0);
