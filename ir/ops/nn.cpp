@@ -47,6 +47,8 @@ void register_nn_ops(OpRegistry& r) {
   nn::register_conv_ops(r);
   nn::register_dense_ops(r);
   nn::register_norm_ops(r);
+  nn::register_norm_train_ops(r);
+  nn::register_dropout_train_ops(r);
   nn::register_softmax_ops(r);
   nn::register_rnn_ops(r);
   nn::register_zoo_norm_ops(r);

@@ -34,24 +34,18 @@ OpDef batch_norm_def() {
               {"moving_mean", SlotRole::aux},
               {"moving_var", SlotRole::aux}};
   d.num_outputs = [](const Attrs& a) { return a.get_bool("output_mean_var") ? 3 : 1; };
-  d.attrs = {optional("eps", AttrKind::Float, 1e-3), optional("fix_gamma", AttrKind::Bool, true),
-             optional("use_global_stats", AttrKind::Bool, false), optional("output_mean_var", AttrKind::Bool, false),
-             optional("axis", AttrKind::Int, int64_t{1})};
-  d.ignored_attrs = {"momentum", "cudnn_off", "min_calib_range", "max_calib_range"};
+  // momentum only matters in training: the moving statistics' update (engine/passes/training_mode.h).
+  d.attrs = {optional("eps", AttrKind::Float, 1e-3), optional("momentum", AttrKind::Float, 0.9),
+             optional("fix_gamma", AttrKind::Bool, true), optional("use_global_stats", AttrKind::Bool, false),
+             optional("output_mean_var", AttrKind::Bool, false), optional("axis", AttrKind::Int, int64_t{1})};
+  d.ignored_attrs = {"cudnn_off", "min_calib_range", "max_calib_range"};
   d.infer = [](InferContext& ctx) {
-    const TensorType* data = known_input(ctx, 0);
-    if (!data) return;
-    require_float(*data, "the data");
-    const TensorType in = *data;
-    const int64_t axis = normalize_axis(ctx.attrs.get_int("axis"), in.shape.size());
-    // MXNet keeps the statistics of f16 data in f32 (its AccReal); so does AMP for bf16.
-    const TensorType stats{in.dtype == DType::f64 ? DType::f64 : DType::f32, {in.shape[axis]}};
-    static constexpr const char* kNames[] = {"", "gamma", "beta", "moving_mean", "moving_var"};
-    for (size_t i = 1; i < 5; ++i) fill_float_input(ctx, i, kNames[i], stats);
-    ctx.outputs[0] = in;
+    const std::optional<TensorType> stats = infer_batch_norm_inputs(ctx);
+    if (!stats) return;
+    ctx.outputs[0] = *ctx.inputs[0];
     // The extra outputs are the statistics used: the moving mean and, as MXNet computes
     // it, the inverse standard deviation 1/sqrt(moving_var + eps).
-    for (size_t k = 1; k < ctx.outputs.size(); ++k) ctx.outputs[k] = stats;
+    for (size_t k = 1; k < ctx.outputs.size(); ++k) ctx.outputs[k] = *stats;
   };
   d.recipe_applies = [](const Attrs& a) { return !a.get_bool("output_mean_var"); };
   d.recipe = [](ScalarBuilder& b, const Attrs& a) -> std::vector<ScalarBuilder::Val> {
@@ -151,6 +145,19 @@ OpDef layer_norm_def() {
 }
 
 }  // namespace
+
+std::optional<TensorType> infer_batch_norm_inputs(InferContext& ctx) {
+  const TensorType* data = known_input(ctx, 0);
+  if (!data) return std::nullopt;
+  require_float(*data, "the data");
+  const TensorType in = *data;
+  const int64_t axis = normalize_axis(ctx.attrs.get_int("axis"), in.shape.size());
+  // MXNet keeps the statistics of f16 data in f32 (its AccReal); so does AMP for bf16.
+  const TensorType stats{in.dtype == DType::f64 ? DType::f64 : DType::f32, {in.shape[axis]}};
+  static constexpr const char* kNames[] = {"", "gamma", "beta", "moving_mean", "moving_var"};
+  for (size_t i = 1; i < 5; ++i) fill_float_input(ctx, i, kNames[i], stats);
+  return stats;
+}
 
 ScalarProgram batch_norm_invstd_program(const Attrs& a) {
   ScalarBuilder b(4);  // gamma, beta, moving_mean, moving_var

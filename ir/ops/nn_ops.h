@@ -13,6 +13,8 @@ namespace ampfuse::ir::nn {
 void register_conv_ops(OpRegistry& r);     // Convolution, Deconvolution, Pooling
 void register_dense_ops(OpRegistry& r);    // FullyConnected, dot, batch_dot, Embedding
 void register_norm_ops(OpRegistry& r);     // BatchNorm, LayerNorm
+void register_norm_train_ops(OpRegistry& r);     // _BatchNorm_train
+void register_dropout_train_ops(OpRegistry& r);  // _Dropout_train
 void register_softmax_ops(OpRegistry& r);  // softmax, log_softmax, softmin, SoftmaxActivation, SoftmaxOutput
 void register_rnn_ops(OpRegistry& r);      // RNN
 void register_zoo_norm_ops(OpRegistry& r);     // InstanceNorm, GroupNorm, L2Normalization, LRN

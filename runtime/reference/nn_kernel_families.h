@@ -7,6 +7,8 @@ namespace ampfuse::runtime::ref {
 void register_conv_kernels();      // Convolution, Deconvolution, Pooling
 void register_dense_kernels();     // FullyConnected, dot, batch_dot, Embedding
 void register_norm_kernels();      // BatchNorm, LayerNorm
+void register_norm_train_kernels();     // _BatchNorm_train
+void register_dropout_train_kernels();  // _Dropout_train
 void register_softmax_kernels();   // softmax, log_softmax, softmin, SoftmaxActivation, SoftmaxOutput
 void register_rnn_kernels();       // RNN
 void register_zoo_norm_kernels();  // InstanceNorm, GroupNorm, L2Normalization, LRN

@@ -8,6 +8,8 @@ void register_nn_kernels() {
   ref::register_conv_kernels();
   ref::register_dense_kernels();
   ref::register_norm_kernels();
+  ref::register_norm_train_kernels();
+  ref::register_dropout_train_kernels();
   ref::register_softmax_kernels();
   ref::register_rnn_kernels();
   ref::register_zoo_norm_kernels();

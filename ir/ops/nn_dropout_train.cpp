@@ -1,0 +1,61 @@
+// _Dropout_train: Dropout in training (MXNet is_train=True, or mode='always'), its schema,
+// type inference and gradient. engine/passes/training_mode.h puts it in place of Dropout.
+//
+// Element i is kept when the counter-based generator's uniform number for its mask index
+// is below 1 - p (ir/philox.h: Philox-4x32-10 keyed by `seed`, counter (index, `offset`)),
+// and a kept element is scaled by 1 / (1 - p) as MXNet does:
+//   y = x * mask,  mask = keep ? 1 / (1 - p) : 0
+// The scale is MXNet's 1.0f / (1.0f - p) in f32 whatever the data's dtype (its mask is a
+// float tensor); the product is computed in the compute type (f32, f64 for f64 data) and
+// rounded once. With `axes` (variational dropout) the mask has extent 1 along those axes
+// and is shared along them: the mask index is the element's index in that smaller shape.
+// p = 1 drops everything (y = x * 0) where MXNet's 0 * (1/0) would give NaN.
+//
+// The mask is a function of (seed, offset, index) alone, so it is never stored: the
+// gradient is the same op with the same attributes applied to the output's gradient
+// (dx = dy * mask), which recomputes it. Not fusable yet (a reference kernel,
+// runtime/reference/dropout_train_kernels.cpp): a fused form needs the element index as a
+// scalar-program operand (ir/scalar_program.h), which the emitters do not expose.
+#include "ir/error.h"
+#include "ir/ops/nn_ops.h"
+#include "ir/ops/nn_params.h"
+
+#include <set>
+
+namespace ampfuse::ir::nn {
+
+namespace {
+
+OpDef dropout_train_def() {
+  OpDef d;
+  d.name = "_Dropout_train";
+  d.kind = OpKind::compute;
+  d.inputs = {{"data"}};
+  d.attrs = {optional("p", AttrKind::Float, 0.5), optional("axes", AttrKind::IntList, std::vector<int64_t>{}),
+             optional("seed", AttrKind::Int, int64_t{0}), optional("offset", AttrKind::Int, int64_t{0})};
+  d.infer = [](InferContext& ctx) {
+    const double p = ctx.attrs.get_float("p");
+    if (!(p >= 0 && p <= 1)) fail("attribute 'p' must be in [0, 1], not {}", p);
+    const TensorType& in = ctx.in(0);
+    require_float(in, "the data");
+    std::set<int64_t> seen;
+    for (int64_t a : ctx.attrs.get_ints("axes"))
+      if (!seen.insert(normalize_axis(a, in.shape.size(), "axes")).second)
+        fail("attribute 'axes' names axis {} twice", a);
+    ctx.outputs[0] = in;
+  };
+  // As Dropout, though AMP conversion runs before the training rewrite and meets Dropout.
+  d.amp_fp16 = AmpClass::neutral;
+  d.amp_bf16 = AmpClass::fp32;
+  d.gradient = [](GradContext& c) -> InputGrads {
+    const Attrs attrs = c.attrs();
+    return {c.emit_typed("_Dropout_train", {c.out_grad(0)}, attrs)};
+  };
+  return d;
+}
+
+}  // namespace
+
+void register_dropout_train_ops(OpRegistry& r) { r.add(dropout_train_def()); }
+
+}  // namespace ampfuse::ir::nn
