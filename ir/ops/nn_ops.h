@@ -19,6 +19,7 @@ void register_zoo_norm_ops(OpRegistry& r);     // InstanceNorm, GroupNorm, L2Nor
 void register_ordering_ops(OpRegistry& r);     // norm, nansum, argmax..., topk, sort, argsort
 void register_loss_linalg_ops(OpRegistry& r);  // regression outputs, MakeLoss, _linalg_gemm*
 void register_adaptive_pool_ops(OpRegistry& r);  // _contrib_AdaptiveAvgPooling2D
+void register_nn_backward_ops(OpRegistry& r);    // _backward_Convolution_weight, _backward_Pooling...
 
 // Attribute schema entries.
 inline AttrSpec required(std::string name, AttrKind kind) { return {std::move(name), kind, std::nullopt, {}}; }
@@ -45,5 +46,12 @@ void fill_input(InferContext& ctx, size_t i, std::string_view slot, const Tensor
 void fill_float_input(InferContext& ctx, size_t i, std::string_view slot, const TensorType& want);
 // Throws unless `t` is a floating-point type.
 void require_float(const TensorType& t, std::string_view what);
+
+// The gradient rule of a matrix product op(A) * op(B) computed by `op` (dot, batch_dot,
+// _linalg_gemm2) with transpose_a / transpose_b: each operand's gradient is another
+// product by the same op of the head gradient and the other operand. `extra` attributes
+// (gemm2's alpha) are copied onto those products. dot first reshapes its operands to the
+// matrices it reads them as; the batched ops need no reshape.
+InputGrads matmul_gradient(GradContext& c, const std::string& op, const std::vector<std::string>& extra = {});
 
 }  // namespace ampfuse::ir::nn
