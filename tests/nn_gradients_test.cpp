@@ -208,6 +208,36 @@ TEST(NnGradients, EmbeddingScatterAddsRows) {
   EXPECT_ERROR(engine::build_backward(g, {.wrt = {"ids"}}), "ids");
 }
 
+// bf16 layers with an f32 bias (as AMP leaves them): every gradient has its input's type,
+// the bias's summed in f32, and equals the sum of the f32 head gradient's rows.
+TEST(NnGradients, LowPrecisionLayersKeepAWideBiasGradient) {
+  ir::Graph g = ir::parse_graph(R"(graph {
+    %x = var input : bf16[3,2,5,5]
+    %w = var param : bf16[4,2,3,3]
+    %b = var param : f32[4]
+    %wf = var param : bf16[6,36]
+    %bf = var param : f32[6]
+    %c = Convolution(%x, %w, %b) {kernel=[3,3], num_filter=4, stride=[2,2], pad=[1,1]}
+    %p = Pooling(%c) {kernel=[2,2], pool_type="max", pooling_convention="full"}
+    %f = FullyConnected(%c, %wf, %bf) {num_hidden=6}
+    return %f, %p
+  })");
+  ir::infer_types(g);
+  const engine::BackwardGraph bg = engine::build_backward(g, {.with_inputs = true});
+  ASSERT_EQ(bg.gradient_of, (std::vector<std::string>{"x", "w", "b", "wf", "bf"}));
+  const runtime::Bindings vars = runtime::random_bindings(bg.graph, 5);
+  const std::vector<runtime::Tensor> out = runtime::interpret(bg.graph, vars);
+  for (size_t v = 0; v < bg.gradient_of.size(); ++v)
+    EXPECT_EQ(out.at(bg.num_forward_outputs + v).type(), vars.at(bg.gradient_of[v]).type()) << bg.gradient_of[v];
+  const std::vector<double> head = runtime::to_f64_vector(vars.at(bg.head_grads.at(0)));
+  const std::vector<double> bias_grad = runtime::to_f64_vector(out.at(bg.num_forward_outputs + 4));
+  for (size_t h = 0; h < 6; ++h) {
+    double sum = 0;
+    for (size_t r = 0; r < 3; ++r) sum += head[r * 6 + h];
+    EXPECT_NEAR(bias_grad[h], sum, 1e-5 * (1 + std::fabs(sum))) << h;
+  }
+}
+
 // The backward ops check the gradient they are given against their forward output.
 TEST(NnGradients, BackwardOpsRejectAMismatchedGradient) {
   const auto infer = [](const std::string& text) {
