@@ -2,21 +2,23 @@
 // Convolution, Deconvolution, Pooling, _contrib_AdaptiveAvgPooling2D, Embedding) against
 // finite differences in f64, their backward ops' errors, and backward graphs run by the
 // executor against the interpreter.
-#include "engine/execution/executor.h"
-#include "engine/passes/autodiff.h"
-#include "ir/builder.h"
-#include "ir/text_format.h"
-#include "ir/type_inference.h"
-#include "runtime/interpreter.h"
-#include "tests/gradient_check.h"
-#include "tests/test_util.h"
-
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <map>
 #include <string>
 #include <vector>
+
+#include "engine/execution/executor.h"
+#include "engine/passes/autodiff.h"
+#include "ir/builder.h"
+#include "ir/text_format.h"
+#include "ir/type_inference.h"
+#include "runtime/interpreter.h"
+#include "runtime/onednn/onednn_ops.h"
+#include "runtime/reference/reference_kernels.h"
+#include "tests/gradient_check.h"
+#include "tests/test_util.h"
 
 namespace ampfuse {
 namespace {
@@ -96,8 +98,10 @@ TEST(NnGradients, BatchDotAndGemm2AllTransposes) {
       EXPECT_TRUE(check_gradients(product("batch_dot", lhs, rhs, attrs)));
       Attrs gemm = attrs;
       gemm["alpha"] = "-1.5";
-      EXPECT_TRUE(check_gradients(product("_linalg_gemm2", {lhs.begin() + 1, lhs.end()}, {rhs.begin() + 1, rhs.end()}, gemm)));
-      EXPECT_TRUE(check_gradients(product("linalg_gemm2", {lhs.begin() + 2, lhs.end()}, {rhs.begin() + 2, rhs.end()}, gemm)));
+      EXPECT_TRUE(
+          check_gradients(product("_linalg_gemm2", {lhs.begin() + 1, lhs.end()}, {rhs.begin() + 1, rhs.end()}, gemm)));
+      EXPECT_TRUE(
+          check_gradients(product("linalg_gemm2", {lhs.begin() + 2, lhs.end()}, {rhs.begin() + 2, rhs.end()}, gemm)));
     }
 }
 
@@ -117,7 +121,8 @@ TEST(NnGradients, Convolution) {
       {{2, 3, 7}, {{"kernel", "(3,)"}, {"num_filter", "2"}}},
       {{1, 2, 11}, {{"kernel", "(2,)"}, {"num_filter", "3"}, {"stride", "(3,)"}, {"pad", "(1,)"}, {"no_bias", "True"}}},
       {{2, 3, 7, 5}, {{"kernel", "(3,2)"}, {"num_filter", "4"}, {"stride", "(2,1)"}, {"pad", "(1,0)"}}},
-      {{1, 4, 7, 7}, {{"kernel", "(3,3)"}, {"num_filter", "6"}, {"dilate", "(2,1)"}, {"num_group", "2"}, {"stride", "(2,2)"}}},
+      {{1, 4, 7, 7},
+       {{"kernel", "(3,3)"}, {"num_filter", "6"}, {"dilate", "(2,1)"}, {"num_group", "2"}, {"stride", "(2,2)"}}},
       {{2, 7, 5, 3}, {{"kernel", "(2,2)"}, {"num_filter", "4"}, {"pad", "(1,1)"}, {"layout", "NHWC"}}},
       {{1, 2, 5, 4, 3}, {{"kernel", "(2,3,2)"}, {"num_filter", "2"}, {"stride", "(2,1,1)"}, {"pad", "(0,1,1)"}}},
       {{1, 4, 3, 4, 3}, {{"kernel", "(1,2,2)"}, {"num_filter", "3"}, {"num_group", "3"}, {"layout", "NDHWC"}}},
@@ -132,9 +137,12 @@ TEST(NnGradients, Deconvolution) {
   const std::vector<ConvCase> cases = {
       {{2, 3, 7}, {{"kernel", "(3,)"}, {"num_filter", "2"}}},
       {{1, 2, 5}, {{"kernel", "(2,)"}, {"num_filter", "3"}, {"stride", "(3,)"}, {"adj", "(2,)"}, {"no_bias", "False"}}},
-      {{2, 4, 5, 3}, {{"kernel", "(3,2)"}, {"num_filter", "2"}, {"stride", "(2,1)"}, {"pad", "(1,0)"}, {"num_group", "2"}}},
-      {{1, 2, 3, 4}, {{"kernel", "(3,3)"}, {"num_filter", "3"}, {"dilate", "(1,2)"}, {"stride", "(2,2)"}, {"adj", "(1,0)"}}},
-      {{1, 3, 4, 2}, {{"kernel", "(2,2)"}, {"num_filter", "2"}, {"stride", "(2,2)"}, {"layout", "NHWC"}, {"no_bias", "False"}}},
+      {{2, 4, 5, 3},
+       {{"kernel", "(3,2)"}, {"num_filter", "2"}, {"stride", "(2,1)"}, {"pad", "(1,0)"}, {"num_group", "2"}}},
+      {{1, 2, 3, 4},
+       {{"kernel", "(3,3)"}, {"num_filter", "3"}, {"dilate", "(1,2)"}, {"stride", "(2,2)"}, {"adj", "(1,0)"}}},
+      {{1, 3, 4, 2},
+       {{"kernel", "(2,2)"}, {"num_filter", "2"}, {"stride", "(2,2)"}, {"layout", "NHWC"}, {"no_bias", "False"}}},
       {{1, 2, 3, 2, 3}, {{"kernel", "(2,2,2)"}, {"num_filter", "2"}, {"stride", "(1,2,1)"}, {"pad", "(1,0,0)"}}},
   };
   for (const ConvCase& c : cases) {
@@ -146,9 +154,20 @@ TEST(NnGradients, Deconvolution) {
 TEST(NnGradients, Pooling) {
   const std::vector<ConvCase> cases = {
       {{2, 3, 7}, {{"kernel", "(3,)"}, {"pool_type", "max"}, {"stride", "(2,)"}}},
-      {{1, 2, 7, 5}, {{"kernel", "(3,2)"}, {"pool_type", "max"}, {"pad", "(1,1)"}, {"pooling_convention", "full"}, {"stride", "(2,2)"}}},
+      {{1, 2, 7, 5},
+       {{"kernel", "(3,2)"},
+        {"pool_type", "max"},
+        {"pad", "(1,1)"},
+        {"pooling_convention", "full"},
+        {"stride", "(2,2)"}}},
       {{1, 2, 7, 5}, {{"kernel", "(3,3)"}, {"pool_type", "avg"}, {"pad", "(1,1)"}, {"stride", "(2,2)"}}},
-      {{1, 2, 7, 5}, {{"kernel", "(3,3)"}, {"pool_type", "avg"}, {"pad", "(1,1)"}, {"stride", "(2,2)"}, {"count_include_pad", "False"}, {"pooling_convention", "full"}}},
+      {{1, 2, 7, 5},
+       {{"kernel", "(3,3)"},
+        {"pool_type", "avg"},
+        {"pad", "(1,1)"},
+        {"stride", "(2,2)"},
+        {"count_include_pad", "False"},
+        {"pooling_convention", "full"}}},
       {{2, 1, 5, 7}, {{"kernel", "(2,3)"}, {"pool_type", "sum"}, {"stride", "(1,2)"}}},
       {{1, 2, 5, 5}, {{"kernel", "(2,2)"}, {"pool_type", "lp"}, {"p_value", "2"}}},
       {{1, 2, 5, 5}, {{"kernel", "(2,2)"}, {"pool_type", "lp"}, {"p_value", "3"}, {"stride", "(2,2)"}}},
@@ -164,7 +183,8 @@ TEST(NnGradients, Pooling) {
     SCOPED_TRACE(case_name("Pooling", c.attrs));
     testing::GradCheckOptions o;
     // lp's (x/y)^(p-1) is sensitive near a zero output: keep the data positive there.
-    if (c.attrs.at("pool_type") == "lp") o.given = {{"x", runtime::random_bindings(layer("Pooling", c.data, c.attrs, {}), 3).at("x")}};
+    if (c.attrs.at("pool_type") == "lp")
+      o.given = {{"x", runtime::random_bindings(layer("Pooling", c.data, c.attrs, {}), 3).at("x")}};
     if (c.attrs.at("pool_type") == "lp")
       for (int64_t i = 0; i < o.given.at("x").size(); ++i)
         o.given.at("x").data<double>()[i] = 0.5 + std::fabs(o.given.at("x").data<double>()[i]);
@@ -274,11 +294,112 @@ TEST(NnGradients, BackwardOpsRejectAMismatchedGradient) {
                "_backward_AdaptiveAvgPooling2D");
 }
 
+// oneDNN runs the convolutions' gradients (Deconvolution for the data, its backward-weights
+// convolution for _backward_Convolution_weight) as the reference kernels define them, in
+// every geometry the gradient rules emit.
+TEST(NnGradients, OnednnConvolutionGradientsMatchTheReferenceKernels) {
+  struct Case {
+    std::string op;
+    Shape data, out_grad;  // out_grad: the weight gradient's second input
+    Attrs attrs;
+  };
+  const std::vector<Case> cases = {
+      {"Deconvolution",
+       {2, 8, 5, 5},
+       {},
+       {{"kernel", "(3,3)"}, {"num_filter", "4"}, {"stride", "(2,2)"}, {"pad", "(1,1)"}, {"adj", "(1,1)"}}},
+      {"Deconvolution",
+       {1, 6, 4, 5},
+       {},
+       {{"kernel", "(3,2)"}, {"num_filter", "9"}, {"num_group", "3"}, {"dilate", "(2,1)"}}},
+      {"Deconvolution",
+       {2, 4, 6, 8},
+       {},
+       {{"kernel", "(2,2)"}, {"num_filter", "8"}, {"stride", "(2,2)"}, {"layout", "NHWC"}}},
+      {"Deconvolution", {1, 4, 3, 4, 5}, {}, {{"kernel", "(3,3,3)"}, {"num_filter", "2"}, {"pad", "(1,1,1)"}}},
+      {"Deconvolution",
+       {2, 3, 9},
+       {},
+       {{"kernel", "(3,)"}, {"num_filter", "5"}, {"stride", "(2,)"}, {"pad", "(1,)"}, {"no_bias", "False"}}},
+      {"_backward_Convolution_weight",
+       {2, 4, 9, 9},
+       {2, 8, 5, 5},
+       {{"kernel", "(3,3)"}, {"num_filter", "8"}, {"stride", "(2,2)"}, {"pad", "(1,1)"}}},
+      {"_backward_Convolution_weight",
+       {1, 6, 7, 6},
+       {1, 9, 3, 5},
+       {{"kernel", "(3,2)"}, {"num_filter", "9"}, {"num_group", "3"}, {"dilate", "(2,1)"}}},
+      {"_backward_Convolution_weight",
+       {2, 8, 8, 4},
+       {2, 4, 4, 16},
+       {{"kernel", "(1,1)"}, {"num_filter", "16"}, {"stride", "(2,2)"}, {"layout", "NHWC"}}},
+      {"_backward_Convolution_weight",
+       {1, 2, 4, 5, 6},
+       {1, 3, 4, 5, 6},
+       {{"kernel", "(3,3,3)"}, {"num_filter", "3"}, {"pad", "(1,1,1)"}}},
+      {"_backward_Convolution_weight",
+       {3, 4, 11},
+       {3, 6, 5},
+       {{"kernel", "(3,)"}, {"num_filter", "6"}, {"stride", "(2,)"}}},
+  };
+  for (const DType dtype : {DType::f32, DType::bf16})
+    for (const Case& c : cases) {
+      SCOPED_TRACE(case_name(c.op, c.attrs) + " " + std::string(ir::dtype_name(dtype)));
+      // bf16: oneDNN and the reference may round an element's f32 sum differently.
+      const double tol = dtype == DType::f32 ? 1e-5 : 1e-2;
+      ir::GraphBuilder b;
+      std::vector<ValueRef> ins = {b.input("x", {dtype, c.data})};
+      if (c.out_grad.empty()) {
+        ins.push_back(b.param("w"));
+        if (c.attrs.count("no_bias")) ins.push_back(b.param("b"));
+      } else {
+        ins.push_back(b.input("dy", {dtype, c.out_grad}));
+      }
+      b.output(b.op(c.op, ins, c.attrs));
+      const ir::Graph g = b.finish();
+      const ir::Node& node = g.nodes.back();
+      const runtime::Bindings vars = runtime::random_bindings(g, 3);
+      std::vector<runtime::Tensor> inputs;
+      std::vector<TensorType> types;
+      for (const ValueRef in : node.inputs) {
+        inputs.push_back(vars.at(g.nodes[in.node].name));
+        types.push_back(inputs.back().type());
+      }
+      ASSERT_TRUE(runtime::onednn_supports(node, types)) << runtime::onednn_refusal(node, types);
+      std::vector<runtime::Tensor> got = {runtime::Tensor(node.outputs[0])}, want = {runtime::Tensor(node.outputs[0])};
+      runtime::onednn_run(node, inputs, got);
+      (*runtime::find_reference_kernel(c.op))(node, inputs, want);
+      double largest = 0;
+      for (int64_t i = 0; i < want[0].size(); ++i) largest = std::max(largest, std::fabs(want[0].get_f64(i)));
+      ASSERT_GT(largest, 0);
+      for (int64_t i = 0; i < want[0].size(); ++i)
+        ASSERT_NEAR(got[0].get_f64(i), want[0].get_f64(i), tol * largest) << "element " << i;
+    }
+  // adj beyond pad would be negative padding to oneDNN: refused, so the reference runs it.
+  ir::GraphBuilder b;
+  b.output(b.op("Deconvolution", {b.input("x", {DType::f32, {1, 2, 4, 4}}), b.param("w")},
+                {{"kernel", "(1,1)"}, {"num_filter", "2"}, {"stride", "(2,2)"}, {"adj", "(1,1)"}}));
+  const ir::Graph g = b.finish();
+  const std::vector<TensorType> types = {g.type(g.nodes.back().inputs[0]), g.type(g.nodes.back().inputs[1])};
+  EXPECT_FALSE(runtime::onednn_supports(g.nodes.back(), types));
+  EXPECT_NE(runtime::onednn_refusal(g.nodes.back(), types).find("negative padding"), std::string::npos);
+}
+
 // The f32 backward graph of each family, compiled by the executor (oneDNN for the
 // products and convolutions, fused kernels for the casts and sums), equals the interpreter
 // running the same graph to within summation order.
+// The products and convolutions of the backward graph must all go to oneDNN.
 void expect_executor_matches_interpreter(const ir::Graph& forward, double tol) {
   const engine::BackwardGraph bg = engine::build_backward(forward, {.with_inputs = true});
+  for (const ir::Node& n : bg.graph.nodes) {
+    if (n.op != "Convolution" && n.op != "Deconvolution" && n.op != "_backward_Convolution_weight" && n.op != "dot" &&
+        n.op != "batch_dot" && n.op != "FullyConnected")
+      continue;
+    std::vector<TensorType> types;
+    for (const ValueRef in : n.inputs) types.push_back(bg.graph.type(in));
+    EXPECT_TRUE(runtime::onednn_supports(n, types))
+        << n.name << " (" << n.op << "): " << runtime::onednn_refusal(n, types);
+  }
   const engine::Executable exe = engine::Executable::compile(bg.graph);
   const runtime::Bindings vars = runtime::random_bindings(bg.graph, 11);
   const std::vector<runtime::Tensor> want = runtime::interpret(bg.graph, vars), got = exe.run(vars);

@@ -32,8 +32,7 @@ OpDef backward_def(const OpRegistry& r, const std::string& forward, std::vector<
 // The gradient arriving at the forward output must have the output's type.
 void require_out_grad(const InferContext& ctx, const TensorType& want) {
   const TensorType& got = ctx.in(1);
-  if (got != want)
-    fail("input 1 (out_grad) is {} but the forward output is {}", type_str(got), type_str(want));
+  if (got != want) fail("input 1 (out_grad) is {} but the forward output is {}", type_str(got), type_str(want));
 }
 
 OpDef convolution_weight_def(const OpRegistry& r) {

@@ -3,15 +3,15 @@
 // and 16-bit data, f64 for f64) and round once to the output's dtype; channels-last data
 // is transposed to channels-first on the way in and back on the way out, as the forward
 // kernels do.
+#include <cmath>
+#include <limits>
+
 #include "ir/ops/nn_params.h"
 #include "runtime/reference/gemm.h"
 #include "runtime/reference/kernel_io.h"
 #include "runtime/reference/nn_kernel_families.h"
 #include "runtime/reference/reference_kernels.h"
 #include "runtime/reference/sliding_window.h"
-
-#include <cmath>
-#include <limits>
 
 namespace ampfuse::runtime::ref {
 
@@ -50,8 +50,8 @@ void convolution_weight_gradient(const ir::Node& node, std::span<const Tensor> i
 // One (batch, channel) plane: each output's gradient goes back over its window as the
 // forward kernel (conv_kernels.cpp) computed it. max: all of it to the first element of
 // the window (row-major) equal to the maximum, as MXNet 1.9.1's pool.h (which, finding
-// none in a window with NaN, gives it to the window's last element); avg: divided by the forward's divisor; sum: as is; lp: times
-// (x / y)^(p-1), the derivative of (sum x^p)^(1/p) (p=1 sums x: factor 1).
+// none in a window with NaN, gives it to the window's last element); avg: divided by the forward's divisor; sum: as is;
+// lp: times (x / y)^(p-1), the derivative of (sum x^p)^(1/p) (p=1 sums x: factor 1).
 template <class T>
 void pool_plane_gradient(const PoolGeometry& g, const PoolWindow& w, const T* x, const T* dy, T* dx) {
   int64_t o[3];
@@ -63,7 +63,9 @@ void pool_plane_gradient(const PoolGeometry& g, const PoolWindow& w, const T* x,
         switch (g.type) {
           case PoolType::max: {
             T best = std::numeric_limits<T>::lowest();
-            for_each_in_box(w, box, [&](int64_t i) { best = (x[i] > best || std::isnan(x[i])) && !std::isnan(best) ? x[i] : best; });
+            for_each_in_box(w, box, [&](int64_t i) {
+              best = (x[i] > best || std::isnan(x[i])) && !std::isnan(best) ? x[i] : best;
+            });
             int64_t target = -1;
             bool found = false;
             for_each_in_box(w, box, [&](int64_t i) {

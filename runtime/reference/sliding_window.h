@@ -3,11 +3,11 @@
 // ones with unit extents in front, so one loop nest serves every rank.
 #pragma once
 
-#include "ir/ops/nn_params.h"
-
 #include <algorithm>
 #include <cstdint>
 #include <utility>
+
+#include "ir/ops/nn_params.h"
 
 namespace ampfuse::runtime::ref {
 
