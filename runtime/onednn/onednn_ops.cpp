@@ -159,29 +159,35 @@ memory::desc any_layout(const memory::desc& d) { return memory::desc(d.dims(), d
 
 struct ConvWindow {
   Dims strides, dilates, pad_left, pad_right;
+  bool negative_padding = false;  // some pad_right < 0
 };
 
-// oneDNN's window of an MXNet (de)convolution: MXNet pads both sides alike; Deconvolution's
-// `adj` extends the output on the right, which oneDNN expresses as less right padding.
-ConvWindow conv_window(const ir::nn::ConvGeometry& geo) {
+// oneDNN's window of an MXNet (de)convolution: MXNet pads both sides alike. A
+// Deconvolution's `adj` extends its output on the right, which oneDNN's deconvolution
+// expresses as less right padding (`with_adj`); the convolution it is the data gradient of
+// pads both sides alike, the rounding down of its output extent dropping the rest.
+ConvWindow conv_window(const ir::nn::ConvGeometry& geo, bool with_adj) {
   ConvWindow w;
   w.strides.assign(geo.stride.begin(), geo.stride.end());
   for (int64_t d : geo.dilate) w.dilates.push_back(d - 1);  // oneDNN counts the gaps
   w.pad_left.assign(geo.pad.begin(), geo.pad.end());
   for (size_t i = 0; i < geo.spatial(); ++i) {
-    const int64_t right = geo.pad[i] - (geo.deconv ? geo.adj[i] : 0);
-    if (right < 0) refuse("adj={} exceeds pad={}: oneDNN would need negative padding", geo.adj[i], geo.pad[i]);
-    w.pad_right.push_back(right);
+    w.pad_right.push_back(geo.pad[i] - (with_adj ? geo.adj[i] : 0));
+    w.negative_padding |= w.pad_right.back() < 0;
   }
   return w;
 }
 
 // Runs a (de)convolution primitive whose weights are input 1, kept reordered in `cached`
 // when the caller has a cache for them.
+// `src_arg` and `dst_arg` name input 0 and the output to the primitive (DIFF_DST and
+// DIFF_SRC for a backward-data convolution).
 template <class Prim>
 std::function<void(InPtrs, OutPtrs, WeightSlot)> run_with_weights(Prim prim, memory::desc src, memory::desc wuser,
                                                                    memory::desc wwant, memory::desc bias,
-                                                                   memory::desc dst, bool has_bias) {
+                                                                   memory::desc dst, bool has_bias,
+                                                                   int src_arg = DNNL_ARG_SRC,
+                                                                   int dst_arg = DNNL_ARG_DST) {
   return [=](InPtrs ins, OutPtrs outs, WeightSlot cached) {
     memory w;
     if (cached && *cached) {
@@ -191,7 +197,7 @@ std::function<void(InPtrs, OutPtrs, WeightSlot)> run_with_weights(Prim prim, mem
       if (cached) *cached = std::make_shared<memory>(w);
     }
     std::unordered_map<int, memory> args{
-        {DNNL_ARG_SRC, wrap(src, ins[0])}, {DNNL_ARG_WEIGHTS, w}, {DNNL_ARG_DST, wrap(dst, outs[0])}};
+        {src_arg, wrap(src, ins[0])}, {DNNL_ARG_WEIGHTS, w}, {dst_arg, wrap(dst, outs[0])}};
     if (has_bias) args.emplace(DNNL_ARG_BIAS, wrap(bias, ins[2]));
     execute(prim, args);
   };
@@ -210,7 +216,26 @@ Prepared prepare_convolution(const Node& n, Types in, Types out, bool deconv) {
   // MXNet's bias has the weight's dtype (bf16 after AMP); a wider f32 bias is allowed too.
   memory::desc bias_desc;
   if (has_bias) bias_desc = memory::desc({geo.out_channels}, dnnl_type(in[2].dtype), memory::format_tag::a);
-  const ConvWindow w = conv_window(geo);
+  const ConvWindow w = conv_window(geo, deconv);
+  if (deconv && w.negative_padding) {
+    // adj beyond pad: the deconvolution as the backward-data convolution it transposes
+    // (x its output gradient, y its input gradient), which pads both sides alike.
+    if (has_bias) refuse("adj exceeds pad and there is a bias (oneDNN's backward-data convolution has none)");
+    ir::nn::ConvGeometry as_conv = geo;
+    as_conv.deconv = false;
+    const memory::desc conv_weights = mxnet_weight_desc(as_conv, in[1]);
+    const ConvWindow cw = conv_window(geo, false);
+    dnnl::convolution_forward::desc fd(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct, dst,
+                                       any_layout(conv_weights), src, cw.strides, cw.dilates, cw.pad_left,
+                                       cw.pad_right);
+    dnnl::convolution_forward::primitive_desc fpd(fd, cpu_engine());
+    dnnl::convolution_backward_data::desc bd(dnnl::algorithm::convolution_direct, dst, any_layout(conv_weights), src,
+                                             cw.strides, cw.dilates, cw.pad_left, cw.pad_right);
+    dnnl::convolution_backward_data::primitive_desc pd(bd, cpu_engine(), fpd);
+    return Prepared{pd.impl_info_str(),
+                    run_with_weights(dnnl::convolution_backward_data(pd), src, conv_weights, pd.weights_desc(), {},
+                                     dst, false, DNNL_ARG_DIFF_DST, DNNL_ARG_DIFF_SRC)};
+  }
   if (deconv) {
     dnnl::deconvolution_forward::desc d(dnnl::prop_kind::forward_inference, dnnl::algorithm::deconvolution_direct, src,
                                         any_layout(wuser), bias_desc, dst, w.strides, w.dilates, w.pad_left,
@@ -236,7 +261,7 @@ Prepared prepare_convolution_weight_gradient(const Node& n, Types in, Types out)
   const memory::desc src = channels_desc(x.shape, x.dtype, geo.channels_last);
   const memory::desc diff_dst = channels_desc(in[1].shape, in[1].dtype, geo.channels_last);
   const memory::desc wuser = mxnet_weight_desc(geo, out[0]);
-  const ConvWindow w = conv_window(geo);
+  const ConvWindow w = conv_window(geo, false);
   // The backward primitive takes the forward one it belongs to as a hint.
   dnnl::convolution_forward::desc fd(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct, src,
                                      any_layout(wuser), diff_dst, w.strides, w.dilates, w.pad_left, w.pad_right);
