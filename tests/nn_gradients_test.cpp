@@ -11,6 +11,7 @@
 
 #include "engine/execution/executor.h"
 #include "engine/passes/autodiff.h"
+#include "engine/passes/layout_optimize.h"
 #include "ir/builder.h"
 #include "ir/text_format.h"
 #include "ir/type_inference.h"
@@ -455,6 +456,34 @@ TEST(NnGradients, ExecutorRunsBackwardGraphsLikeTheInterpreter) {
   })");
   ir::infer_types(g);
   expect_executor_matches_interpreter(g, 1e-5);
+}
+
+// layout_optimize on a backward graph moves the convolutions of both passes to channels-last
+// (the backward ops keep their layout, reading through transposes) and computes the same.
+TEST(NnGradients, LayoutOptimizedBackwardGraphComputesTheSame) {
+  ir::Graph g = ir::parse_graph(R"(graph {
+    %x = var input : f64[2,3,7,7]
+    %w = var param : f64[4,3,3,3]
+    %b = var param : f64[4]
+    %wd = var param : f64[4,2,2,2]
+    %c = Convolution(%x, %w, %b) {kernel=[3,3], num_filter=4, stride=[2,2]}
+    %p = Pooling(%c) {kernel=[2,2], pool_type="avg", pooling_convention="full"}
+    %d = Deconvolution(%p, %wd) {kernel=[2,2], num_filter=2, stride=[2,2], adj=[1,1]}
+    %t = tanh(%d)
+    return %t
+  })");
+  ir::infer_types(g);
+  const engine::BackwardGraph bg = engine::build_backward(g, {.with_inputs = true});
+  ir::Graph nhwc = bg.graph;
+  ASSERT_TRUE(engine::layout_optimize(nhwc, "nhwc"));
+  const runtime::Bindings vars = runtime::random_bindings(bg.graph, 13);
+  const std::vector<runtime::Tensor> want = runtime::interpret(bg.graph, vars), got = runtime::interpret(nhwc, vars);
+  ASSERT_EQ(want.size(), got.size());
+  for (size_t k = 0; k < want.size(); ++k) {
+    ASSERT_EQ(want[k].type(), got[k].type()) << "output " << k;
+    for (int64_t i = 0; i < want[k].size(); ++i)
+      ASSERT_NEAR(want[k].get_f64(i), got[k].get_f64(i), 1e-12) << "output " << k << " element " << i;
+  }
 }
 
 }  // namespace
