@@ -3,7 +3,8 @@
 // [floor(i * H / OH), ceil((i + 1) * H / OH)) x [floor(j * W / OW), ceil((j + 1) * W / OW)),
 // as MXNet 1.9.1's adaptive_avg_pooling.cc. An external (compute) op: the windows overlap
 // and differ in size, which no access map expresses. The kernel is in
-// runtime/reference/adaptive_pool_kernels.cpp.
+// runtime/reference/adaptive_pool_kernels.cpp; its gradient, _backward_AdaptiveAvgPooling2D
+// (ir/ops/nn_backward.cpp), spreads each output's gradient evenly over its window.
 #include "ir/error.h"
 #include "ir/ops/nn_ops.h"
 #include "ir/ops/nn_params.h"
@@ -38,6 +39,12 @@ OpDef adaptive_avg_pool_def() {
   // MXNet 1.9.1: FP16_FP32_FUNCS in the fp16 list, FP32_FUNCS in the bf16 one.
   d.amp_fp16 = AmpClass::neutral;
   d.amp_bf16 = AmpClass::fp32;
+  d.gradient = [](GradContext& c) {
+    InputGrads grads(1);
+    if (c.out_grad_opt(0))
+      grads[0] = c.emit_typed("_backward_AdaptiveAvgPooling2D", {c.input(0), *c.out_grad_opt(0)}, c.attrs());
+    return grads;
+  };
   return d;
 }
 

@@ -1,4 +1,4 @@
-// Convolution, Deconvolution and Pooling: schemas and type inference.
+// Convolution, Deconvolution and Pooling: schemas, type inference and gradient rules.
 #include "ir/error.h"
 #include "ir/ops/nn_ops.h"
 #include "ir/ops/nn_params.h"
@@ -17,6 +17,66 @@ std::string channel_detail(const ConvGeometry& g, const std::optional<TensorType
   const int64_t per = g.deconv ? 1 : g.groups;
   if (weight->shape[c_in] == want[c_in]) return {};
   return fmt::format("the data has {} channels but the weight is for {}", g.in_channels, weight->shape[c_in] * per);
+}
+
+// Convolution and Deconvolution are each other's transposes over one weight (MXNet's
+// layouts line Convolution's (O, C/g, k...) up with Deconvolution's (C, F/g, k...)), so
+//   Convolution:   dx = Deconvolution(dy, w), adj giving back the input extents that the
+//                  stride's rounding down lost; dw = _backward_Convolution_weight(x, dy);
+//   Deconvolution: dx = Convolution(dy, w); dw = _backward_Convolution_weight(dy, x), the
+//                  image and the window grid trading places;
+// and the bias gets dy summed over every axis but the channels, in the bias's dtype. The
+// data gradients thus run on the forward kernels (oneDNN in the executor).
+InputGrads convolution_gradient(GradContext& c, bool deconv) {
+  const Attrs attrs = c.attrs();
+  const TensorType data = c.input_type(0);
+  const bool has_bias = c.num_inputs() > 2;
+  const DType bias_dtype = has_bias ? c.input_type(2).dtype : data.dtype;
+  const ConvGeometry g = conv_geometry(attrs, data.shape, deconv);
+  InputGrads grads(c.num_inputs());
+  if (!c.out_grad_opt(0)) return grads;
+  const ValueRef dy = *c.out_grad_opt(0);
+  // The forward's window as Convolution attributes with `filters` outputs and no bias.
+  const auto conv_attrs = [&](int64_t filters) {
+    Attrs a = attrs;
+    a.erase("adj");
+    a.erase("target_shape");
+    a.set("num_filter", filters);
+    a.set("no_bias", true);
+    return a;
+  };
+  if (c.wants(0) && deconv) grads[0] = c.emit_typed("Convolution", {dy, c.input(1)}, conv_attrs(g.in_channels));
+  if (c.wants(0) && !deconv) {
+    Attrs a = conv_attrs(g.in_channels);
+    std::vector<int64_t> adj;
+    for (size_t i = 0; i < g.spatial(); ++i) {
+      const int64_t span = g.dilate[i] * (g.kernel[i] - 1) + 1;
+      adj.push_back((g.in_size[i] + 2 * g.pad[i] - span) % g.stride[i]);
+    }
+    a.set("adj", adj);
+    grads[0] = c.emit_typed("Deconvolution", {dy, c.input(1)}, std::move(a));
+  }
+  if (c.wants(1))
+    grads[1] = deconv ? c.emit_typed("_backward_Convolution_weight", {dy, c.input(0)}, conv_attrs(g.in_channels))
+                      : c.emit_typed("_backward_Convolution_weight", {c.input(0), dy}, conv_attrs(g.out_channels));
+  if (has_bias && c.wants(2)) {
+    const int64_t rank = static_cast<int64_t>(data.shape.size()), channel_axis = g.channels_last ? rank - 1 : 1;
+    std::vector<int64_t> axes;
+    for (int64_t i = 0; i < rank; ++i)
+      if (i != channel_axis) axes.push_back(i);
+    Attrs a;
+    a.set("axis", axes);
+    grads[2] = c.emit_typed("sum", {c.cast(dy, bias_dtype)}, std::move(a));
+  }
+  return grads;
+}
+
+// The data gradient, _backward_Pooling (ir/ops/nn_backward.cpp), recomputes each window
+// from the data: max pooling's gradient goes to the window's first maximum, as MXNet's.
+InputGrads pooling_gradient(GradContext& c) {
+  InputGrads grads(1);
+  if (c.out_grad_opt(0)) grads[0] = c.emit_typed("_backward_Pooling", {c.input(0), *c.out_grad_opt(0)}, c.attrs());
+  return grads;
 }
 
 OpDef convolution_def(bool deconv) {
@@ -54,6 +114,7 @@ OpDef convolution_def(bool deconv) {
   d.channels_last =
       ChannelsLastRule{ChannelsLastRule::Channels::layout_attr, "layout", /*every_input=*/false,
                        /*output_per_input=*/false, /*starts_region=*/true};
+  d.gradient = [deconv](GradContext& c) { return convolution_gradient(c, deconv); };
   return d;
 }
 
@@ -80,6 +141,7 @@ OpDef pooling_def() {
   };
   d.amp_bf16 = d.amp_fp16 = AmpClass::neutral;
   d.channels_last = ChannelsLastRule{ChannelsLastRule::Channels::layout_attr, "layout"};
+  d.gradient = pooling_gradient;
   return d;
 }
 

@@ -1,4 +1,7 @@
-// FullyConnected, dot, batch_dot and Embedding: schemas and type inference.
+// FullyConnected, dot, batch_dot and Embedding: schemas, type inference and gradient rules.
+// The gradients of the matrix products are matrix products again (dot with transpose
+// flags), so the executor runs them on oneDNN like the forward pass; Embedding's weight
+// gradient is _backward_Embedding (ir/ops/nn_backward.cpp).
 #include "ir/error.h"
 #include "ir/ops/nn_ops.h"
 
@@ -7,6 +10,35 @@ namespace ampfuse::ir::nn {
 namespace {
 
 Shape slice(const Shape& s, size_t begin, size_t end) { return Shape(s.begin() + begin, s.begin() + end); }
+
+const char* bool_attr(bool b) { return b ? "True" : "False"; }
+
+// x (rows, features) -> y (rows, hidden) = x W^T + b: dx = dy W, dW = dy^T x, db = the sum
+// of dy's rows (in the bias's dtype, which may be wider than the data's).
+InputGrads fully_connected_gradient(GradContext& c) {
+  const TensorType data = c.input_type(0), weight = c.input_type(1);
+  const bool has_bias = c.num_inputs() > 2;
+  const DType bias_dtype = has_bias ? c.input_type(2).dtype : data.dtype;
+  InputGrads grads(c.num_inputs());
+  if (!c.out_grad_opt(0)) return grads;
+  const int64_t hidden = weight.shape[0], features = weight.shape[1];
+  const int64_t rows = features == 0 ? 0 : num_elements(data.shape) / features;
+  const ValueRef dy = c.reshape(*c.out_grad_opt(0), {rows, hidden});
+  if (c.wants(0)) grads[0] = c.reshape(c.emit("dot", {dy, c.input(1)}), data.shape);
+  if (c.wants(1))
+    grads[1] = c.emit("dot", {dy, c.reshape(c.input(0), {rows, features})}, {{"transpose_a", "True"}});
+  if (has_bias && c.wants(2)) grads[2] = c.emit("sum", {c.cast(dy, bias_dtype)}, {{"axis", "0"}});
+  return grads;
+}
+
+// The weight gets the head gradient's rows added at the rows the indices read; the
+// indices get no gradient.
+InputGrads embedding_gradient(GradContext& c) {
+  InputGrads grads(2);
+  if (c.out_grad_opt(0) && c.wants(1))
+    grads[1] = c.emit_typed("_backward_Embedding", {c.input(0), *c.out_grad_opt(0)}, c.attrs());
+  return grads;
+}
 
 OpDef fully_connected_def() {
   OpDef d;
@@ -36,6 +68,7 @@ OpDef fully_connected_def() {
     ctx.outputs[0] = TensorType{in.dtype, out};
   };
   d.amp_bf16 = d.amp_fp16 = AmpClass::lowp;
+  d.gradient = fully_connected_gradient;
   return d;
 }
 
@@ -98,6 +131,7 @@ OpDef dot_def() {
         l.dtype, dot_shape(l.shape, r.shape, ctx.attrs.get_bool("transpose_a"), ctx.attrs.get_bool("transpose_b"))};
   };
   set_matmul_amp(d);
+  d.gradient = [](GradContext& c) { return matmul_gradient(c, "dot"); };
   return d;
 }
 
@@ -128,6 +162,7 @@ OpDef batch_dot_def() {
     ctx.outputs[0] = TensorType{l.dtype, out};
   };
   set_matmul_amp(d);
+  d.gradient = [](GradContext& c) { return matmul_gradient(c, "batch_dot"); };
   return d;
 }
 
@@ -159,10 +194,43 @@ OpDef embedding_def() {
   // MXNet 1.9.1: neutral in the fp16 list, FP32_FUNCS in the bf16 one.
   d.amp_fp16 = AmpClass::neutral;
   d.amp_bf16 = AmpClass::fp32;
+  d.gradient = embedding_gradient;
   return d;
 }
 
 }  // namespace
+
+// With Y = op_a(A) op_b(B) and head gradient G: dA = G op_b(B)^T, or op_b(B) G^T when A is
+// stored transposed; dB = op_a(A)^T G, or G^T op_a(A) when B is stored transposed. Each is
+// one product with transpose flags, no explicit transpose.
+InputGrads matmul_gradient(GradContext& c, const std::string& op, const std::vector<std::string>& extra) {
+  const Attrs attrs = c.attrs();
+  const bool ta = attrs.get_bool("transpose_a"), tb = attrs.get_bool("transpose_b");
+  const Shape a_shape = c.input_type(0).shape, b_shape = c.input_type(1).shape;
+  InputGrads grads(2);
+  if (!c.out_grad_opt(0)) return grads;
+  Shape a_view = a_shape, b_view = b_shape, y_view = c.type(c.output(0)).shape;
+  if (op == "dot") {  // the matrices dot reads (see dot_shape); vectors are 1-row / 1-column
+    const auto ext = [](const Shape& s, size_t b, size_t e) { return num_elements(slice(s, b, e)); };
+    const size_t la = a_shape.size(), lb = b_shape.size();
+    a_view = ta ? Shape{a_shape.front(), ext(a_shape, 1, la)} : Shape{ext(a_shape, 0, la - 1), a_shape.back()};
+    b_view = tb ? Shape{ext(b_shape, 0, lb - 1), b_shape.back()} : Shape{b_shape.front(), ext(b_shape, 1, lb)};
+    y_view = {a_view[ta ? 1 : 0], b_view[tb ? 0 : 1]};
+  }
+  std::map<std::string, std::string> base;
+  for (const std::string& name : extra) base[name] = format_mxnet_attr(attrs.get(name));
+  const auto product = [&](ValueRef lhs, ValueRef rhs, bool t_lhs, bool t_rhs) {
+    std::map<std::string, std::string> a = base;
+    a["transpose_a"] = bool_attr(t_lhs);
+    a["transpose_b"] = bool_attr(t_rhs);
+    return c.emit(op, {lhs, rhs}, a);
+  };
+  const ValueRef a = c.reshape(c.input(0), a_view), b = c.reshape(c.input(1), b_view);
+  const ValueRef g = c.reshape(*c.out_grad_opt(0), y_view);
+  if (c.wants(0)) grads[0] = c.reshape(ta ? product(b, g, tb, true) : product(g, b, false, !tb), a_shape);
+  if (c.wants(1)) grads[1] = c.reshape(tb ? product(g, a, true, ta) : product(a, g, !ta, false), b_shape);
+  return grads;
+}
 
 void register_dense_ops(OpRegistry& r) {
   r.add(fully_connected_def());

@@ -205,6 +205,7 @@ OpDef linalg_gemm_def(const char* name, bool with_c) {
     ctx.outputs[0] = TensorType{dtype, out};
   };
   d.amp_bf16 = d.amp_fp16 = AmpClass::fp32;
+  if (!with_c) d.gradient = [](GradContext& c) { return matmul_gradient(c, "_linalg_gemm2", {"alpha"}); };
   return d;
 }
 

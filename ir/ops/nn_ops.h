@@ -29,6 +29,7 @@ void register_loss_backward_ops(OpRegistry& r);  // _backward_softmax, _backward
 // the statistics of output_mean_var=True.
 InputGrads normalization_gradient(GradContext& c, const std::string& backward_op,
                                   const std::vector<std::string>& copied);
+void register_nn_backward_ops(OpRegistry& r);    // _backward_Convolution_weight, _backward_Pooling...
 
 // Attribute schema entries.
 inline AttrSpec required(std::string name, AttrKind kind) { return {std::move(name), kind, std::nullopt, {}}; }
@@ -55,5 +56,12 @@ void fill_input(InferContext& ctx, size_t i, std::string_view slot, const Tensor
 void fill_float_input(InferContext& ctx, size_t i, std::string_view slot, const TensorType& want);
 // Throws unless `t` is a floating-point type.
 void require_float(const TensorType& t, std::string_view what);
+
+// The gradient rule of a matrix product op(A) * op(B) computed by `op` (dot, batch_dot,
+// _linalg_gemm2) with transpose_a / transpose_b: each operand's gradient is another
+// product by the same op of the head gradient and the other operand. `extra` attributes
+// (gemm2's alpha) are copied onto those products. dot first reshapes its operands to the
+// matrices it reads them as; the batched ops need no reshape.
+InputGrads matmul_gradient(GradContext& c, const std::string& op, const std::vector<std::string>& extra = {});
 
 }  // namespace ampfuse::ir::nn

@@ -131,55 +131,153 @@ void require_inputs(const Node& n, Types in, size_t lo, size_t hi) {
 
 // ---- Convolution ------------------------------------------------------------------------
 
-Prepared prepare_convolution(const Node& n, Types in, Types out) {
+// MXNet's weight as oneDNN's logical weight dims with the strides of its storage.
+// Convolution's (O, I/g, k...) is oneDNN's ({g,} O/g, I/g, k...); Deconvolution's
+// (I, O/g, k...) is oneDNN's ({g,} O/g, I/g, k...) with the first two axes swapped. Both are
+// stored (first, k..., second) channels-last.
+memory::desc mxnet_weight_desc(const ir::nn::ConvGeometry& geo, const TensorType& weight) {
+  const bool cl = geo.channels_last;
+  const int64_t groups = geo.groups;
+  Dims phys(weight.shape.begin(), weight.shape.end());
+  Dims str = row_major_strides(phys);
+  const int64_t d0 = phys[0], d1 = cl ? phys.back() : phys[1];
+  const int64_t s0 = str[0], s1 = cl ? str.back() : str[1];
+  // (out per group, in per group) with their strides.
+  const Dims per_group = geo.deconv ? Dims{d1, d0 / groups} : Dims{d0 / groups, d1};
+  const Dims per_group_strides = geo.deconv ? Dims{s1, s0} : Dims{s0, s1};
+  Dims dims = groups > 1 ? Dims{groups} : Dims{}, strides = groups > 1 ? Dims{s0 * (d0 / groups)} : Dims{};
+  dims.insert(dims.end(), per_group.begin(), per_group.end());
+  strides.insert(strides.end(), per_group_strides.begin(), per_group_strides.end());
+  for (size_t i = 0; i < geo.spatial(); ++i) {
+    dims.push_back(phys[(cl ? 1 : 2) + i]);
+    strides.push_back(str[(cl ? 1 : 2) + i]);
+  }
+  return memory::desc(dims, dnnl_type(weight.dtype), strides);
+}
+
+memory::desc any_layout(const memory::desc& d) { return memory::desc(d.dims(), d.data_type(), memory::format_tag::any); }
+
+struct ConvWindow {
+  Dims strides, dilates, pad_left, pad_right;
+  bool negative_padding = false;  // some pad_right < 0
+};
+
+// oneDNN's window of an MXNet (de)convolution: MXNet pads both sides alike. A
+// Deconvolution's `adj` extends its output on the right, which oneDNN's deconvolution
+// expresses as less right padding (`with_adj`); the convolution it is the data gradient of
+// pads both sides alike, the rounding down of its output extent dropping the rest.
+ConvWindow conv_window(const ir::nn::ConvGeometry& geo, bool with_adj) {
+  ConvWindow w;
+  w.strides.assign(geo.stride.begin(), geo.stride.end());
+  for (int64_t d : geo.dilate) w.dilates.push_back(d - 1);  // oneDNN counts the gaps
+  w.pad_left.assign(geo.pad.begin(), geo.pad.end());
+  for (size_t i = 0; i < geo.spatial(); ++i) {
+    w.pad_right.push_back(geo.pad[i] - (with_adj ? geo.adj[i] : 0));
+    w.negative_padding |= w.pad_right.back() < 0;
+  }
+  return w;
+}
+
+// Runs a (de)convolution primitive whose weights are input 1, kept reordered in `cached`
+// when the caller has a cache for them.
+// `src_arg` and `dst_arg` name input 0 and the output to the primitive (DIFF_DST and
+// DIFF_SRC for a backward-data convolution).
+template <class Prim>
+std::function<void(InPtrs, OutPtrs, WeightSlot)> run_with_weights(Prim prim, memory::desc src, memory::desc wuser,
+                                                                   memory::desc wwant, memory::desc bias,
+                                                                   memory::desc dst, bool has_bias,
+                                                                   int src_arg = DNNL_ARG_SRC,
+                                                                   int dst_arg = DNNL_ARG_DST) {
+  return [=](InPtrs ins, OutPtrs outs, WeightSlot cached) {
+    memory w;
+    if (cached && *cached) {
+      w = *static_cast<const memory*>(cached->get());
+    } else {
+      w = maybe_reorder(wrap(wuser, ins[1]), wwant);
+      if (cached) *cached = std::make_shared<memory>(w);
+    }
+    std::unordered_map<int, memory> args{
+        {src_arg, wrap(src, ins[0])}, {DNNL_ARG_WEIGHTS, w}, {dst_arg, wrap(dst, outs[0])}};
+    if (has_bias) args.emplace(DNNL_ARG_BIAS, wrap(bias, ins[2]));
+    execute(prim, args);
+  };
+}
+
+// Convolution and Deconvolution (the data gradient of a convolution).
+Prepared prepare_convolution(const Node& n, Types in, Types out, bool deconv) {
   require_inputs(n, in, 2, 3);
   const TensorType& x = in[0];
   if (in[1].dtype != x.dtype) refuse("weight {} differs from data {}", ir::dtype_name(in[1].dtype), ir::dtype_name(x.dtype));
-  const ir::nn::ConvGeometry geo = ir::nn::conv_geometry(n.attrs, x.shape, false);
-  const size_t nd = geo.spatial();
-  const bool cl = geo.channels_last;
-  const int64_t groups = geo.groups;
+  const ir::nn::ConvGeometry geo = ir::nn::conv_geometry(n.attrs, x.shape, deconv);
   const bool has_bias = in.size() > 2;
-
-  memory::desc src = channels_desc(x.shape, x.dtype, cl);
-  memory::desc dst = channels_desc(out[0].shape, out[0].dtype, cl);
-  // Weights: MXNet stores (O, I/g, k...) channels-first, (O, k..., I/g) channels-last.
-  const ir::Shape& ws = in[1].shape;
-  Dims wphys(ws.begin(), ws.end());
-  Dims wstr = row_major_strides(wphys);
-  const int64_t O = wphys[0];
-  const int64_t I = cl ? wphys.back() : wphys[1];
-  const int64_t sO = wstr[0], sI = cl ? wstr.back() : wstr[1];
-  Dims wdims = groups > 1 ? Dims{groups, O / groups, I} : Dims{O, I};
-  Dims wstrides = groups > 1 ? Dims{sO * (O / groups), sO, sI} : Dims{sO, sI};
-  for (size_t i = 0; i < nd; ++i) {
-    wdims.push_back(wphys[(cl ? 1 : 2) + i]);
-    wstrides.push_back(wstr[(cl ? 1 : 2) + i]);
-  }
-  memory::desc wuser(wdims, dnnl_type(in[1].dtype), wstrides);
-  memory::desc wany(wdims, dnnl_type(in[1].dtype), memory::format_tag::any);
+  memory::desc src = channels_desc(x.shape, x.dtype, geo.channels_last);
+  memory::desc dst = channels_desc(out[0].shape, out[0].dtype, geo.channels_last);
+  const memory::desc wuser = mxnet_weight_desc(geo, in[1]);
   // MXNet's bias has the weight's dtype (bf16 after AMP); a wider f32 bias is allowed too.
   memory::desc bias_desc;
-  if (has_bias) bias_desc = memory::desc({O}, dnnl_type(in[2].dtype), memory::format_tag::a);
-  Dims strides(geo.stride.begin(), geo.stride.end()), dil, pl(geo.pad.begin(), geo.pad.end()), pr = pl;
-  for (int64_t d : geo.dilate) dil.push_back(d - 1);  // oneDNN counts the gaps
-  dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, src, wany,
-                                    bias_desc, dst, strides, dil, pl, pr);
+  if (has_bias) bias_desc = memory::desc({geo.out_channels}, dnnl_type(in[2].dtype), memory::format_tag::a);
+  const ConvWindow w = conv_window(geo, deconv);
+  if (deconv && w.negative_padding) {
+    // adj beyond pad: the deconvolution as the backward-data convolution it transposes
+    // (x its output gradient, y its input gradient), which pads both sides alike.
+    if (has_bias) refuse("adj exceeds pad and there is a bias (oneDNN's backward-data convolution has none)");
+    ir::nn::ConvGeometry as_conv = geo;
+    as_conv.deconv = false;
+    const memory::desc conv_weights = mxnet_weight_desc(as_conv, in[1]);
+    const ConvWindow cw = conv_window(geo, false);
+    dnnl::convolution_forward::desc fd(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct, dst,
+                                       any_layout(conv_weights), src, cw.strides, cw.dilates, cw.pad_left,
+                                       cw.pad_right);
+    dnnl::convolution_forward::primitive_desc fpd(fd, cpu_engine());
+    dnnl::convolution_backward_data::desc bd(dnnl::algorithm::convolution_direct, dst, any_layout(conv_weights), src,
+                                             cw.strides, cw.dilates, cw.pad_left, cw.pad_right);
+    dnnl::convolution_backward_data::primitive_desc pd(bd, cpu_engine(), fpd);
+    return Prepared{pd.impl_info_str(),
+                    run_with_weights(dnnl::convolution_backward_data(pd), src, conv_weights, pd.weights_desc(), {},
+                                     dst, false, DNNL_ARG_DIFF_DST, DNNL_ARG_DIFF_SRC)};
+  }
+  if (deconv) {
+    dnnl::deconvolution_forward::desc d(dnnl::prop_kind::forward_inference, dnnl::algorithm::deconvolution_direct, src,
+                                        any_layout(wuser), bias_desc, dst, w.strides, w.dilates, w.pad_left,
+                                        w.pad_right);
+    dnnl::deconvolution_forward::primitive_desc pd(d, cpu_engine());
+    return Prepared{pd.impl_info_str(), run_with_weights(dnnl::deconvolution_forward(pd), src, wuser,
+                                                         pd.weights_desc(), bias_desc, dst, has_bias)};
+  }
+  dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, src,
+                                    any_layout(wuser), bias_desc, dst, w.strides, w.dilates, w.pad_left, w.pad_right);
   dnnl::convolution_forward::primitive_desc pd(d, cpu_engine());
-  dnnl::convolution_forward prim(pd);
-  const memory::desc wwant = pd.weights_desc();
-  return Prepared{pd.impl_info_str(), [=](InPtrs ins, OutPtrs outs, WeightSlot cached) {
-                    memory w;
-                    if (cached && *cached) {
-                      w = *static_cast<const memory*>(cached->get());
-                    } else {
-                      w = maybe_reorder(wrap(wuser, ins[1]), wwant);
-                      if (cached) *cached = std::make_shared<memory>(w);
-                    }
-                    std::unordered_map<int, memory> args{
-                        {DNNL_ARG_SRC, wrap(src, ins[0])}, {DNNL_ARG_WEIGHTS, w}, {DNNL_ARG_DST, wrap(dst, outs[0])}};
-                    if (has_bias) args.emplace(DNNL_ARG_BIAS, wrap(bias_desc, ins[2]));
-                    execute(prim, args);
+  return Prepared{pd.impl_info_str(), run_with_weights(dnnl::convolution_forward(pd), src, wuser, pd.weights_desc(),
+                                                       bias_desc, dst, has_bias)};
+}
+
+// _backward_Convolution_weight(data, out_grad): oneDNN's backward-weights convolution,
+// written in its chosen layout and reordered into MXNet's.
+Prepared prepare_convolution_weight_gradient(const Node& n, Types in, Types out) {
+  require_inputs(n, in, 2, 2);
+  const TensorType& x = in[0];
+  if (in[1].dtype != x.dtype) refuse("out_grad {} differs from data {}", ir::dtype_name(in[1].dtype), ir::dtype_name(x.dtype));
+  const ir::nn::ConvGeometry geo = ir::nn::conv_geometry(n.attrs, x.shape, false);
+  const memory::desc src = channels_desc(x.shape, x.dtype, geo.channels_last);
+  const memory::desc diff_dst = channels_desc(in[1].shape, in[1].dtype, geo.channels_last);
+  const memory::desc wuser = mxnet_weight_desc(geo, out[0]);
+  const ConvWindow w = conv_window(geo, false);
+  // The backward primitive takes the forward one it belongs to as a hint.
+  dnnl::convolution_forward::desc fd(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct, src,
+                                     any_layout(wuser), diff_dst, w.strides, w.dilates, w.pad_left, w.pad_right);
+  dnnl::convolution_forward::primitive_desc fpd(fd, cpu_engine());
+  dnnl::convolution_backward_weights::desc bd(dnnl::algorithm::convolution_direct, src, any_layout(wuser), diff_dst,
+                                              w.strides, w.dilates, w.pad_left, w.pad_right);
+  dnnl::convolution_backward_weights::primitive_desc pd(bd, cpu_engine(), fpd);
+  const dnnl::convolution_backward_weights prim(pd);
+  const memory::desc wgot = pd.diff_weights_desc();
+  return Prepared{pd.impl_info_str(), [=](InPtrs ins, OutPtrs outs, WeightSlot) {
+                    const memory user = wrap(wuser, outs[0]);
+                    const memory got = wgot == wuser ? user : memory(wgot, cpu_engine());
+                    execute(prim, {{DNNL_ARG_SRC, wrap(src, ins[0])},
+                                   {DNNL_ARG_DIFF_DST, wrap(diff_dst, ins[1])},
+                                   {DNNL_ARG_DIFF_WEIGHTS, got}});
+                    if (wgot != wuser) execute(dnnl::reorder(got, user), {{DNNL_ARG_FROM, got}, {DNNL_ARG_TO, user}});
                   }};
 }
 
@@ -379,7 +477,11 @@ Prepared prepare_layer_norm(const Node& n, Types in, Types outs) {
 using Builder = Prepared (*)(const Node&, Types, Types);
 
 Builder builder_for(const std::string& op) {
-  if (op == "Convolution") return prepare_convolution;
+  if (op == "Convolution")
+    return [](const Node& n, Types in, Types out) { return prepare_convolution(n, in, out, false); };
+  if (op == "Deconvolution")
+    return [](const Node& n, Types in, Types out) { return prepare_convolution(n, in, out, true); };
+  if (op == "_backward_Convolution_weight") return prepare_convolution_weight_gradient;
   if (op == "FullyConnected") return prepare_fully_connected;
   if (op == "batch_dot") return prepare_batch_dot;
   if (op == "dot") return prepare_dot;
@@ -491,6 +593,9 @@ double estimated_macs(const Node& n, Types in, Types out) {
   if ((n.op == "Convolution" || n.op == "Deconvolution" || n.op == "FullyConnected") && in.size() > 1 &&
       !in[1].shape.empty() && in[1].shape[0] > 0)
     return elements(n.op == "Deconvolution" ? in[0] : out[0]) * elements(in[1]) / static_cast<double>(in[1].shape[0]);
+  // A weight-gradient row per output-gradient element.
+  if (n.op == "_backward_Convolution_weight" && !out[0].shape.empty() && out[0].shape[0] > 0)
+    return elements(in[1]) * elements(out[0]) / static_cast<double>(out[0].shape[0]);
   if ((n.op == "dot" || n.op == "batch_dot") && in.size() > 1 && !out[0].shape.empty()) {
     // (b, m, k) x (b, k, n): b m k * b k n * b m n = b^3 (m n k)^2.
     const double batch = n.op == "batch_dot" ? static_cast<double>(std::max<int64_t>(out[0].shape[0], 1)) : 1;

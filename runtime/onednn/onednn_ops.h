@@ -1,4 +1,5 @@
-// External ops through oneDNN 2.6 (the v2 API): convolution, matmul-like ops, pooling,
+// External ops through oneDNN 2.6 (the v2 API): convolution and deconvolution, the
+// convolution weight gradient (_backward_Convolution_weight), matmul-like ops, pooling,
 // softmax and LayerNorm, channels-first and channels-last.
 //
 // Dtypes: f32 runs natively. bf16 runs natively where this CPU's oneDNN has a non-reference

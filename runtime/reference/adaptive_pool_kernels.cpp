@@ -7,6 +7,7 @@
 #include "runtime/reference/kernel_io.h"
 #include "runtime/reference/nn_kernel_families.h"
 #include "runtime/reference/reference_kernels.h"
+#include "runtime/reference/sliding_window.h"
 
 namespace ampfuse::runtime::ref {
 
@@ -21,9 +22,9 @@ void adaptive_avg_pool(const ir::Node& node, std::span<const Tensor> in, std::sp
     std::vector<T> y(static_cast<size_t>(planes * oh * ow));
     for (int64_t p = 0; p < planes; ++p)
       for (int64_t i = 0; i < oh; ++i) {
-        const int64_t h0 = i * height / oh, h1 = ((i + 1) * height + oh - 1) / oh;
+        const auto [h0, h1] = adaptive_window(i, height, oh);
         for (int64_t j = 0; j < ow; ++j) {
-          const int64_t w0 = j * width / ow, w1 = ((j + 1) * width + ow - 1) / ow;
+          const auto [w0, w1] = adaptive_window(j, width, ow);
           T sum = 0;
           for (int64_t r = h0; r < h1; ++r)
             for (int64_t c = w0; c < w1; ++c) sum += x[(p * height + r) * width + c];

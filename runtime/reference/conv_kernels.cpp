@@ -1,14 +1,14 @@
 // Reference kernels: Convolution, Deconvolution, Pooling.
 //
 // Every kernel works on channels-first data; channels-last tensors are transposed on the
-// way in and out, which is exact. 1-D and 2-D problems are 3-D ones with unit extents in
-// front, so one loop nest serves every rank.
+// way in and out, which is exact. The windows (1-D to 3-D as 3-D) are in sliding_window.h.
 #include "ir/error.h"
 #include "ir/ops/nn_params.h"
 #include "runtime/reference/gemm.h"
 #include "runtime/reference/kernel_io.h"
 #include "runtime/reference/nn_kernel_families.h"
 #include "runtime/reference/reference_kernels.h"
+#include "runtime/reference/sliding_window.h"
 
 #include <algorithm>
 #include <cmath>
@@ -21,80 +21,6 @@ namespace {
 using ir::nn::ConvGeometry;
 using ir::nn::PoolGeometry;
 using ir::nn::PoolType;
-
-// A sliding window between an "image" and a grid of window positions: image index =
-// grid index * stride - pad + kernel index * dilate, per dimension. Convolution reads its
-// input as the image and writes the grid; Deconvolution is the transpose and writes the
-// image.
-struct Window {
-  int64_t image[3] = {1, 1, 1}, grid[3] = {1, 1, 1}, kernel[3] = {1, 1, 1};
-  int64_t stride[3] = {1, 1, 1}, dilate[3] = {1, 1, 1}, pad[3] = {0, 0, 0};
-
-  int64_t image_volume() const { return image[0] * image[1] * image[2]; }
-  int64_t grid_volume() const { return grid[0] * grid[1] * grid[2]; }
-  int64_t kernel_volume() const { return kernel[0] * kernel[1] * kernel[2]; }
-};
-
-Window conv_window(const ConvGeometry& g) {
-  Window w;
-  const size_t n = g.spatial(), off = 3 - n;
-  for (size_t i = 0; i < n; ++i) {
-    w.image[off + i] = g.deconv ? g.out_size[i] : g.in_size[i];
-    w.grid[off + i] = g.deconv ? g.in_size[i] : g.out_size[i];
-    w.kernel[off + i] = g.kernel[i];
-    w.stride[off + i] = g.stride[i];
-    w.dilate[off + i] = g.dilate[i];
-    w.pad[off + i] = g.pad[i];
-  }
-  return w;
-}
-
-// Visits every (kernel offset, grid position) pair whose image position lies inside the
-// image: fn(row, grid_index, image_index) with row = kernel offset index.
-template <class Fn>
-void for_each_tap(const Window& w, Fn&& fn) {
-  int64_t row = 0;
-  for (int64_t k0 = 0; k0 < w.kernel[0]; ++k0)
-    for (int64_t k1 = 0; k1 < w.kernel[1]; ++k1)
-      for (int64_t k2 = 0; k2 < w.kernel[2]; ++k2, ++row)
-        for (int64_t g0 = 0; g0 < w.grid[0]; ++g0) {
-          const int64_t i0 = g0 * w.stride[0] - w.pad[0] + k0 * w.dilate[0];
-          if (i0 < 0 || i0 >= w.image[0]) continue;
-          for (int64_t g1 = 0; g1 < w.grid[1]; ++g1) {
-            const int64_t i1 = g1 * w.stride[1] - w.pad[1] + k1 * w.dilate[1];
-            if (i1 < 0 || i1 >= w.image[1]) continue;
-            const int64_t grid_row = (g0 * w.grid[1] + g1) * w.grid[2];
-            const int64_t image_row = (i0 * w.image[1] + i1) * w.image[2];
-            for (int64_t g2 = 0; g2 < w.grid[2]; ++g2) {
-              const int64_t i2 = g2 * w.stride[2] - w.pad[2] + k2 * w.dilate[2];
-              if (i2 >= 0 && i2 < w.image[2]) fn(row, grid_row + g2, image_row + i2);
-            }
-          }
-        }
-}
-
-// col[(c * kernel_volume + tap) * grid_volume + p] = image value under tap at p, or 0.
-template <class T>
-void im2col(const T* image, int64_t channels, const Window& w, T* col) {
-  const int64_t rows = w.kernel_volume(), cols = w.grid_volume(), plane = w.image_volume();
-  std::fill(col, col + channels * rows * cols, T(0));
-  for (int64_t c = 0; c < channels; ++c) {
-    const T* src = image + c * plane;
-    T* dst = col + c * rows * cols;
-    for_each_tap(w, [&](int64_t row, int64_t p, int64_t i) { dst[row * cols + p] = src[i]; });
-  }
-}
-
-// The transpose of im2col: image[c][i] += col entries that map to i.
-template <class T>
-void col2im(const T* col, int64_t channels, const Window& w, T* image) {
-  const int64_t rows = w.kernel_volume(), cols = w.grid_volume(), plane = w.image_volume();
-  for (int64_t c = 0; c < channels; ++c) {
-    const T* src = col + c * rows * cols;
-    T* dst = image + c * plane;
-    for_each_tap(w, [&](int64_t row, int64_t p, int64_t i) { dst[i] += src[row * cols + p]; });
-  }
-}
 
 template <class T>
 void add_bias(T* y, const T* bias, int64_t channels, int64_t plane) {
@@ -162,72 +88,48 @@ void conv_kernel(const ir::Node& node, std::span<const Tensor> in, std::span<Ten
   });
 }
 
-// One (batch, channel) plane of pooling, MXNet's window rules: a window spans
-// [o*stride - pad, o*stride - pad + kernel) clipped to the padded extent; avg divides by
-// that clipped size with count_include_pad (the default), else by the number of data
-// elements in it (0 of them gives NaN). max ignores padding and propagates NaN.
+// One (batch, channel) plane of pooling over the windows of pool_box (sliding_window.h):
+// avg divides by the padded window's size with count_include_pad (the default), else by
+// the number of data elements in it (0 of them gives NaN). max ignores padding and
+// propagates NaN.
 template <class T>
-void pool_plane(const PoolGeometry& g, const int64_t (&in)[3], const int64_t (&outs)[3], const int64_t (&k)[3],
-                const int64_t (&s)[3], const int64_t (&p)[3], const int64_t (&pe)[3], const T* x, T* y) {
-  for (int64_t o0 = 0; o0 < outs[0]; ++o0)
-    for (int64_t o1 = 0; o1 < outs[1]; ++o1)
-      for (int64_t o2 = 0; o2 < outs[2]; ++o2) {
-        const int64_t o[3] = {o0, o1, o2};
-        int64_t lo[3], hi[3], window = 1;
-        for (int d = 0; d < 3; ++d) {
-          lo[d] = o[d] * s[d] - p[d];
-          hi[d] = std::min(lo[d] + k[d], in[d] + pe[d]);
-          window *= hi[d] - lo[d];
-          lo[d] = std::max<int64_t>(lo[d], 0);
-          hi[d] = std::min(hi[d], in[d]);
-        }
+void pool_plane(const PoolGeometry& g, const PoolWindow& w, const T* x, T* y) {
+  int64_t o[3];
+  for (o[0] = 0; o[0] < w.out[0]; ++o[0])
+    for (o[1] = 0; o[1] < w.out[1]; ++o[1])
+      for (o[2] = 0; o[2] < w.out[2]; ++o[2]) {
+        const PoolBox box = pool_box(w, o);
         T acc = g.type == PoolType::max ? std::numeric_limits<T>::lowest() : T(0);
-        int64_t count = 0;
-        for (int64_t i0 = lo[0]; i0 < hi[0]; ++i0)
-          for (int64_t i1 = lo[1]; i1 < hi[1]; ++i1)
-            for (int64_t i2 = lo[2]; i2 < hi[2]; ++i2) {
-              const T v = x[(i0 * in[1] + i1) * in[2] + i2];
-              ++count;
-              switch (g.type) {
-                case PoolType::max:
-                  acc = (v > acc || std::isnan(v)) && !std::isnan(acc) ? v : acc;
-                  break;
-                case PoolType::avg:
-                case PoolType::sum:
-                  acc += v;
-                  break;
-                case PoolType::lp:
-                  acc += g.p_value == 1 ? v : g.p_value == 2 ? v * v : v * v * v;
-                  break;
-              }
-            }
-        if (g.type == PoolType::avg) acc /= static_cast<T>(g.count_include_pad ? window : count);
+        for_each_in_box(w, box, [&](int64_t i) {
+          const T v = x[i];
+          switch (g.type) {
+            case PoolType::max:
+              acc = (v > acc || std::isnan(v)) && !std::isnan(acc) ? v : acc;
+              break;
+            case PoolType::avg:
+            case PoolType::sum:
+              acc += v;
+              break;
+            case PoolType::lp:
+              acc += g.p_value == 1 ? v : g.p_value == 2 ? v * v : v * v * v;
+              break;
+          }
+        });
+        if (g.type == PoolType::avg) acc /= static_cast<T>(g.count_include_pad ? box.padded_size : box.size());
         if (g.type == PoolType::lp) acc = g.p_value == 1 ? acc : g.p_value == 2 ? std::sqrt(acc) : std::cbrt(acc);
-        y[(o0 * outs[1] + o1) * outs[2] + o2] = acc;
+        y[(o[0] * w.out[1] + o[1]) * w.out[2] + o[2]] = acc;
       }
 }
 
 void pooling_kernel(const ir::Node& node, std::span<const Tensor> in, std::span<Tensor> out) {
   const PoolGeometry g = ir::nn::pool_geometry(node.attrs, in[0].shape());
-  int64_t ins[3] = {1, 1, 1}, outs[3] = {1, 1, 1}, k[3] = {1, 1, 1}, s[3] = {1, 1, 1}, p[3] = {0, 0, 0},
-          pe[3] = {0, 0, 0};
-  const size_t n = g.kernel.size(), off = 3 - n;
-  for (size_t i = 0; i < n; ++i) {
-    ins[off + i] = g.in_size[i];
-    outs[off + i] = g.out_size[i];
-    k[off + i] = g.kernel[i];
-    s[off + i] = g.stride[i];
-    p[off + i] = g.pad[i];
-    pe[off + i] = g.pad_end[i];
-  }
-  const int64_t planes = g.batch * g.channels, in_plane = ins[0] * ins[1] * ins[2];
-  const int64_t out_plane = outs[0] * outs[1] * outs[2];
+  const PoolWindow w = pool_window(g);
+  const int64_t planes = g.batch * g.channels, in_plane = w.in_volume(), out_plane = w.out_volume();
   with_compute_type({in[0].dtype()}, [&]<class T>() {
     std::vector<T> x = load<T>(in[0]);
     if (g.channels_last) x = transpose_last_two(x, g.batch, in_plane, g.channels);
     std::vector<T> y(static_cast<size_t>(planes * out_plane));
-    for (int64_t c = 0; c < planes; ++c)
-      pool_plane<T>(g, ins, outs, k, s, p, pe, x.data() + c * in_plane, y.data() + c * out_plane);
+    for (int64_t c = 0; c < planes; ++c) pool_plane<T>(g, w, x.data() + c * in_plane, y.data() + c * out_plane);
     if (g.channels_last) y = transpose_last_two(y, g.batch, g.channels, out_plane);
     store(y, out[0]);
   });

@@ -66,9 +66,8 @@ void batch_dot(const ir::Node& node, std::span<const Tensor> in, std::span<Tenso
   });
 }
 
-// out[..., :] = weight[index, :]. An index is truncated toward zero and clipped into
-// [0, input_dim), as MXNet's Embedding does (NaN reads row 0). The weight and the output
-// share a dtype, so rows are copied bit for bit.
+// out[..., :] = weight[embedding_row(index), :]. The weight and the output share a dtype,
+// so rows are copied bit for bit.
 void embedding(const ir::Node& node, std::span<const Tensor> in, std::span<Tensor> out) {
   const Tensor& indices = in[0];
   const Tensor& weight = in[1];
@@ -79,15 +78,18 @@ void embedding(const ir::Node& node, std::span<const Tensor> in, std::span<Tenso
   const auto* src = static_cast<const std::byte*>(weight.raw());
   auto* dst = static_cast<std::byte*>(out[0].raw());
   for (int64_t i = 0; i < indices.size(); ++i) {
-    const double v = indices.get_f64(i);
-    const int64_t row = std::isnan(v) || v < 0           ? 0
-                        : v >= static_cast<double>(rows) ? rows - 1
-                                                         : static_cast<int64_t>(v);
+    const int64_t row = embedding_row(indices.get_f64(i), rows);
     std::memcpy(dst + i * row_bytes, src + row * row_bytes, row_bytes);
   }
 }
 
 }  // namespace
+
+int64_t embedding_row(double index, int64_t rows) {
+  return std::isnan(index) || index < 0           ? 0
+         : index >= static_cast<double>(rows) ? rows - 1
+                                              : static_cast<int64_t>(index);
+}
 
 void register_dense_kernels() {
   register_reference_kernel("FullyConnected", fully_connected);

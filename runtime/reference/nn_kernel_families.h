@@ -2,6 +2,8 @@
 // Private to runtime/reference/.
 #pragma once
 
+#include <cstdint>
+
 namespace ampfuse::runtime::ref {
 
 void register_conv_kernels();      // Convolution, Deconvolution, Pooling
@@ -17,5 +19,10 @@ void register_linalg_kernels();    // _linalg_gemm2, _linalg_gemm
 void register_adaptive_pool_kernels();  // _contrib_AdaptiveAvgPooling2D
 void register_loss_backward_kernels();  // _backward_softmax, _backward_SoftmaxOutput, norms
 void register_custom_op_kernel();  // Custom, dispatching on op_type
+void register_nn_backward_kernels();  // _backward_Convolution_weight, _backward_Pooling...
+
+// The weight row an Embedding index reads (forward) or adds to (backward): truncated toward
+// zero and clipped into [0, rows), as MXNet's Embedding does; NaN reads row 0.
+int64_t embedding_row(double index, int64_t rows);
 
 }  // namespace ampfuse::runtime::ref
