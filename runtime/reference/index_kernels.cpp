@@ -195,13 +195,7 @@ void gather_nd(const ir::Node&, Inputs in, Outputs out) {
   int64_t o = 0;
   for (int64_t y = 0; y < count; ++y) {
     int64_t base = 0;
-    for (int64_t d = 0; d < m; ++d) {
-      const double raw = idx.get_f64(d * count + y);
-      int64_t i = static_cast<int64_t>(std::isnan(raw) ? 0.0 : std::trunc(raw));
-      if (i < -s[d] || i >= s[d]) fail("gather_nd index {} is out of range for dim {} (extent {})", i, d, s[d]);
-      if (i < 0) i += s[d];
-      base += i * strides[d];
-    }
+    for (int64_t d = 0; d < m; ++d) base += ir::gather_nd_index(idx.get_f64(d * count + y), s[d], d) * strides[d];
     for (int64_t q = 0; q < inner; ++q) copy_element(in[0], base + q, out[0], o++);
   }
 }
@@ -222,7 +216,6 @@ void one_hot(const ir::Node& n, Inputs in, Outputs out) {
 void pad(const ir::Node& n, Inputs in, Outputs out) {
   const Shape& s = in[0].shape();
   const ir::PadPlan p = ir::pad_plan(s, n.attrs);
-  const std::string& mode = n.attrs.get_string("mode");
   const double value = n.attrs.get_float("constant_value");
   const auto strides = dense_strides(s);
   const size_t rank = s.size();
@@ -231,12 +224,8 @@ void pad(const ir::Node& n, Inputs in, Outputs out) {
     int64_t from = 0;
     bool outside = false;
     for (size_t d = 0; d < rank; ++d) {
-      int64_t j = index[d] - p.before[d];
-      if (j < 0 || j >= s[d]) {
-        if (mode == "constant") outside = true;
-        else if (mode == "edge") j = j < 0 ? 0 : s[d] - 1;
-        else j = j < 0 ? -j : 2 * (s[d] - 1) - j;  // reflect, without repeating the edge
-      }
+      const int64_t j = ir::pad_source(p.mode, index[d] - p.before[d], s[d]);
+      outside = outside || j < 0;
       from += j * strides[d];
     }
     if (outside) out[0].set_f64(o, value);
