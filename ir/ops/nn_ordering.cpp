@@ -130,6 +130,22 @@ OpDef argmax_channel_def() {
   return d;
 }
 
+// norm's gradient as MXNet 1.9.1 computes it: ord=2, g * x / y (NaN where the norm is 0:
+// MXNet divides too); ord=1, g * sign(x) (0 at 0). g and y, the output's gradient and value,
+// are seen with the reduced dims kept and cast from out_dtype to the data's dtype.
+InputGrads norm_gradient(GradContext& c) {
+  const TensorType in = c.input_type(0);
+  Attrs plan_attrs = c.attrs();
+  plan_attrs.set("exclude", false);
+  const Shape kept = reduce_plan(in.shape, plan_attrs).kept;
+  const bool l1 = c.attrs().get_int("ord") == 1;
+  const ValueRef x = c.input(0);
+  const ValueRef grad = c.cast(c.reshape(c.out_grad(0), kept), in.dtype);
+  const ValueRef factor =
+      l1 ? c.emit("sign", {x}) : c.emit("broadcast_div", {x, c.cast(c.reshape(c.output(0), kept), in.dtype)});
+  return {c.emit("broadcast_mul", {factor, grad})};
+}
+
 // norm: the L1 (ord=1) or L2 (ord=2) norm over `axis` (every axis when None), in the
 // data's dtype unless out_dtype says otherwise.
 OpDef norm_def() {
@@ -152,6 +168,7 @@ OpDef norm_def() {
     ctx.outputs[0] = TensorType{out, reduce_plan(data->shape, plan_attrs).out};
   };
   d.amp_bf16 = d.amp_fp16 = AmpClass::fp32;
+  d.gradient = norm_gradient;
   return d;
 }
 
