@@ -308,6 +308,19 @@ TEST(TensorGradients, GatherNdAddsAtRepeatedIndices) {
                               {.given = {{"i", values(DType::i32, {2, 2, 2}, {1, 0, 1, 1, 6, 2, 6, -7})}}}));
 }
 
+// Low-precision gradients add in f32 and round once: bf16 1 + 2^-8 + 2^-8 rounds to 1 when
+// each sum is rounded (ties to even), but the f32 total 1 + 2^-7 is a bf16 value.
+TEST(TensorGradients, ScattersAddLowPrecisionInF32) {
+  const ir::Graph g = op_graph("take", {{"x", {DType::bf16, {2, 1}}}, {"i", {DType::i32, {3}}}}, {});
+  const engine::BackwardGraph bg = engine::build_backward(g, {.wrt = {"x"}});
+  const runtime::Bindings vars = {{"i", values(DType::i32, {3}, {0, 0, 0})},
+                                  {"x", values(DType::bf16, {2, 1}, {0, 0})},
+                                  {bg.head_grads.at(0), values(DType::bf16, {3, 1}, {1, 0x1p-8, 0x1p-8})}};
+  const Tensor grad = runtime::interpret(bg.graph, vars).at(1);
+  ASSERT_EQ(grad.type(), (TensorType{DType::bf16, {2, 1}}));
+  EXPECT_EQ(runtime::to_f64_vector(grad), (std::vector<double>{1 + 0x1p-7, 0}));
+}
+
 // ---- sequences, shape-only and index-only inputs ---------------------------------------------
 
 TEST(TensorGradients, SequenceMaskAndReverse) {
