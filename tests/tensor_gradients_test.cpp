@@ -183,6 +183,22 @@ TEST(TensorGradients, PadEveryMode) {
   }
 }
 
+TEST(TensorGradients, UpSamplingSumsEachBlock) {
+  const Attrs nearest = {{"sample_type", "nearest"}, {"scale", "2"}};
+  EXPECT_TRUE(check_gradients(unary("UpSampling", {2, 3, 5, 1}, nearest)));
+  EXPECT_TRUE(check_gradients(unary("UpSampling", {1, 1, 1, 7}, {{"sample_type", "nearest"}, {"scale", "3"}})));
+  // Several inputs, each scaled to input 0's size times scale: joined along the channels, or summed.
+  for (const char* mode : {"concat", "sum"}) {
+    SCOPED_TRACE(mode);
+    Attrs a = nearest;
+    a["num_args"] = "3";
+    a["multi_input_mode"] = mode;
+    const int64_t c1 = std::string(mode) == "sum" ? 2 : 3;
+    EXPECT_TRUE(check_gradients(
+        op_graph("UpSampling", {{"a", f64({1, 2, 2, 2})}, {"b", f64({1, c1, 1, 1})}, {"c", f64({1, 2, 4, 4})}}, a)));
+  }
+}
+
 // ---- reductions ------------------------------------------------------------------------
 
 TEST(TensorGradients, Reductions) {

@@ -197,15 +197,6 @@ void register_permutes(OpRegistry& r) {
   r.add(std::move(swap));
 }
 
-// dims [begin, end) of `axis` of v.
-ValueRef slice_along(GradContext& c, ValueRef v, int64_t axis, int64_t begin, int64_t end) {
-  Attrs a;
-  a.set("axis", axis);
-  a.set("begin", begin);
-  a.set("end", end);
-  return c.emit_typed("slice_axis", {v}, std::move(a));
-}
-
 // Each input's gradient is its part of the output's gradient.
 InputGrads concat_gradient(GradContext& c) {
   std::vector<Shape> shapes;

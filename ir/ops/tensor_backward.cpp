@@ -152,6 +152,14 @@ ValueRef slice_backward(GradContext& c, ValueRef grad, const Shape& in, const st
   return c.emit_typed("_backward_slice", {grad}, std::move(a));
 }
 
+ValueRef slice_along(GradContext& c, ValueRef v, int64_t axis, int64_t begin, int64_t end) {
+  Attrs a;
+  a.set("axis", axis);
+  a.set("begin", begin);
+  a.set("end", end);
+  return c.emit_typed("slice_axis", {v}, std::move(a));
+}
+
 InputGrads self_inverse_gradient(GradContext& c) {
   const std::string op = c.node().op;
   const Attrs a = c.attrs();

@@ -17,6 +17,9 @@ namespace ampfuse::ir {
 // placed at the slice's elements of zeros of shape `in`: `_backward_slice`.
 ValueRef slice_backward(GradContext& c, ValueRef grad, const Shape& in, const std::vector<SliceDim>& window);
 
+// Entries [begin, end) of `axis` of v: slice_axis.
+ValueRef slice_along(GradContext& c, ValueRef v, int64_t axis, int64_t begin, int64_t end);
+
 // The rule of an op that is its own inverse (SwapAxis, reverse): the op, with its
 // attributes, applied to the output's gradient.
 InputGrads self_inverse_gradient(GradContext& c);

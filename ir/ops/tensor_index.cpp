@@ -307,6 +307,29 @@ InputGrads pad_gradient(GradContext& c) {
   return data_gradient(c, c.emit_typed("slice", {c.out_grad(0)}, std::move(a)));
 }
 
+// UpSampling's gradient: each input's part of the output's gradient (its channels, with
+// multi_input_mode=concat; all of it with sum) summed over the factor x factor block each
+// of its elements filled.
+InputGrads upsampling_gradient(GradContext& c) {
+  std::vector<Shape> shapes;
+  for (size_t k = 0; k < c.num_inputs(); ++k) shapes.push_back(c.input_type(k).shape);
+  const UpSamplingPlan p = upsampling_plan(shapes, c.attrs());
+  const bool concat = c.attrs().get_string("multi_input_mode") == "concat";
+  const ValueRef grad = c.out_grad(0);
+  InputGrads grads(shapes.size());
+  int64_t channel = 0;
+  for (size_t k = 0; k < shapes.size(); ++k) {
+    const Shape& s = shapes[k];
+    const int64_t f = p.factors[k];
+    const int64_t first = channel;
+    channel += s[1];
+    if (!c.wants(k)) continue;
+    const ValueRef part = concat && shapes.size() > 1 ? slice_along(c, grad, 1, first, first + s[1]) : grad;
+    grads[k] = sum_copies(c, part, {s[0], s[1], s[2], f, s[3], f}, {3, 5}, s);
+  }
+  return grads;
+}
+
 void register_windows(OpRegistry& r) {
   OpDef crop = make_op("Crop", OpKind::data_movement, {{"data"}, {"crop_like", SlotRole::data, true}});
   crop.attrs = {with_default("num_args", AttrKind::Int, int64_t{1}),
@@ -358,6 +381,7 @@ void register_windows(OpRegistry& r) {
     }
     ctx.outputs[0] = TensorType{ctx.in(0).dtype, upsampling_plan(shapes, ctx.attrs).out};
   };
+  up.gradient = upsampling_gradient;
   r.add(std::move(up));
 
   // Bilinear resize of NCHW data (DeepLab, PSPNet and FCN heads). The data lends its dtype;
