@@ -199,6 +199,26 @@ TEST(TensorGradients, UpSamplingSumsEachBlock) {
   }
 }
 
+TEST(TensorGradients, BilinearResizeSpreadsOverTheNeighbours) {
+  struct ResizeCase {
+    Shape in;
+    int64_t height, width;
+    const char* align;
+  };
+  for (const ResizeCase& r : std::vector<ResizeCase>{{{1, 2, 3, 5}, 7, 11, "True"},
+                                                     {{1, 2, 3, 5}, 7, 11, "False"},
+                                                     {{2, 1, 7, 5}, 3, 2, "False"},
+                                                     {{1, 1, 7, 5}, 1, 1, "True"},
+                                                     {{1, 1, 3, 2}, 3, 2, "True"}}) {
+    SCOPED_TRACE(ir::shape_str(r.in) + " to " + std::to_string(r.height) + "x" + std::to_string(r.width) + " " + r.align);
+    EXPECT_TRUE(check_gradients(unary("_contrib_BilinearResize2D", r.in,
+                                      {{"height", std::to_string(r.height)}, {"width", std::to_string(r.width)},
+                                       {"align_corners", r.align}})));
+  }
+  EXPECT_TRUE(check_gradients(op_graph("_contrib_BilinearResize2D", {{"x", f64({1, 2, 3, 5})}, {"s", f64({1, 1, 5, 2})}},
+                                       {{"mode", "like"}})));
+}
+
 // ---- reductions ------------------------------------------------------------------------
 
 TEST(TensorGradients, Reductions) {

@@ -10,6 +10,8 @@
 //   _backward_pick(grad, index) {axis, keepdims, mode, shape}  zeros, grad at the index
 //   _backward_gather_nd(grad, indices) {shape}    slices added at their index (MXNet's
 //                                                 _backward_gather_nd: repeated indices add)
+//   _backward_BilinearResize2D(grad) {shape, align_corners}  each element added to its four
+//                                                 neighbours with the forward weights
 //
 // Not fusable (a write into zeros, or a scatter, is no AccessMap of a load), kind compute,
 // AMP neutral: they run in the type of the gradient they get.
@@ -136,6 +138,20 @@ void register_backward_gathers(OpRegistry& r) {
   r.add(std::move(gather));
 }
 
+void register_backward_bilinear_resize(OpRegistry& r) {
+  OpDef d = backward_op("_backward_BilinearResize2D", {{"grad"}});
+  d.attrs = {required("shape", AttrKind::IntList), with_default("align_corners", AttrKind::Bool, true)};
+  d.infer = [](InferContext& ctx) {
+    const TensorType& grad = ctx.in(0);
+    const Shape in = forward_shape(ctx.attrs);
+    if (in.size() != 4 || grad.shape.size() != 4 || grad.shape[0] != in[0] || grad.shape[1] != in[1])
+      fail("input 0 (grad) has shape {} but resizing an input of shape {} (NCHW) keeps N and C", shape_str(grad.shape),
+           shape_str(in));
+    ctx.outputs[0] = TensorType{grad.dtype, in};
+  };
+  r.add(std::move(d));
+}
+
 }  // namespace
 
 ValueRef slice_backward(GradContext& c, ValueRef grad, const Shape& in, const std::vector<SliceDim>& window) {
@@ -176,6 +192,7 @@ void register_tensor_backward_ops(OpRegistry& r) {
   register_backward_slice(r);
   register_backward_pad(r);
   register_backward_gathers(r);
+  register_backward_bilinear_resize(r);
 }
 
 }  // namespace ampfuse::ir

@@ -330,6 +330,17 @@ InputGrads upsampling_gradient(GradContext& c) {
   return grads;
 }
 
+// _contrib_BilinearResize2D's gradient: _backward_BilinearResize2D spreads each output
+// element's gradient over the input elements it read, with their weights. `like` lends its
+// size only and gets none (MXNet: zeros).
+InputGrads bilinear_resize_gradient(GradContext& c) {
+  const Shape in = c.input_type(0).shape;
+  Attrs a;
+  a.set("shape", std::vector<int64_t>(in.begin(), in.end()));
+  a.set("align_corners", c.attrs().get_bool("align_corners"));
+  return data_gradient(c, c.emit_typed("_backward_BilinearResize2D", {c.out_grad(0)}, std::move(a)));
+}
+
 void register_windows(OpRegistry& r) {
   OpDef crop = make_op("Crop", OpKind::data_movement, {{"data"}, {"crop_like", SlotRole::data, true}});
   crop.attrs = {with_default("num_args", AttrKind::Int, int64_t{1}),
@@ -399,6 +410,7 @@ void register_windows(OpRegistry& r) {
     const auto [h, w] = bilinear_resize_size(in.shape, like, ctx.attrs);
     ctx.outputs[0] = TensorType{in.dtype, {in.shape[0], in.shape[1], h, w}};
   };
+  resize.gradient = bilinear_resize_gradient;
   r.add(std::move(resize));
 }
 

@@ -5,11 +5,13 @@
 #include "ir/error.h"
 #include "ir/ops/index_shapes.h"
 #include "ir/ops/tensor_shapes.h"
+#include "runtime/reference/bilinear_taps.h"
 #include "runtime/reference/kernel_io.h"
 #include "runtime/reference/reference_kernels.h"
 #include "runtime/reference/strided_view.h"
 
 #include <cstring>
+#include <type_traits>
 
 namespace ampfuse::runtime {
 
@@ -121,6 +123,36 @@ void backward_gather_nd(const ir::Node&, Inputs in, Outputs out) {
   });
 }
 
+// Bilinear resize's gradient, as MXNet's CPU backward kernel: each output element's
+// gradient added to its four neighbours with their weights; equal sizes copy.
+void backward_bilinear_resize(const ir::Node& n, Inputs in, Outputs out) {
+  const Shape& s = out[0].shape();
+  const Shape& o = in[0].shape();
+  const bool align = n.attrs.get_bool("align_corners");
+  const int64_t planes = s[0] * s[1], ih = s[2], iw = s[3], oh = o[2], ow = o[3];
+  scatter_add(in, out, [&](const auto& grad, auto& sums) {
+    using T = typename std::decay_t<decltype(grad)>::value_type;
+    if (ih == oh && iw == ow) {
+      sums = grad;
+      return;
+    }
+    const auto rows = ref::bilinear_taps<T>(ih, oh, align), cols = ref::bilinear_taps<T>(iw, ow, align);
+    for (int64_t p = 0; p < planes; ++p)
+      for (int64_t y = 0; y < oh; ++y) {
+        const ref::BilinearTap<T>& h = rows[y];
+        for (int64_t x = 0; x < ow; ++x) {
+          const ref::BilinearTap<T>& w = cols[x];
+          const T g = grad[(p * oh + y) * ow + x];
+          T* plane = sums.data() + p * ih * iw;
+          plane[h.lo * iw + w.lo] += h.w_lo * w.w_lo * g;
+          plane[h.lo * iw + w.lo + w.step] += h.w_lo * w.w_hi * g;
+          plane[(h.lo + h.step) * iw + w.lo] += h.w_hi * w.w_lo * g;
+          plane[(h.lo + h.step) * iw + w.lo + w.step] += h.w_hi * w.w_hi * g;
+        }
+      }
+  });
+}
+
 }  // namespace
 
 void register_tensor_backward_kernels() {
@@ -129,6 +161,7 @@ void register_tensor_backward_kernels() {
   register_reference_kernel("_backward_take", backward_take);
   register_reference_kernel("_backward_pick", backward_pick);
   register_reference_kernel("_backward_gather_nd", backward_gather_nd);
+  register_reference_kernel("_backward_BilinearResize2D", backward_bilinear_resize);
 }
 
 }  // namespace ampfuse::runtime
