@@ -264,8 +264,8 @@ TEST(TensorGradients, NormOutDtypeCastsTheGradientBack) {
     const Attrs a = {{"ord", ord}, {"axis", "(2,)"}};
     Attrs narrow = a;
     narrow["out_dtype"] = "float32";
-    const engine::BackwardGraph wide = engine::build_backward(unary("norm", {3, 5, 2}, a), {.with_inputs = true});
-    const engine::BackwardGraph rounded = engine::build_backward(unary("norm", {3, 5, 2}, narrow), {.with_inputs = true});
+    const engine::BackwardGraph wide = engine::build_backward(unary("norm", {3, 5, 2}, a), {.wrt = {}, .with_inputs = true});
+    const engine::BackwardGraph rounded = engine::build_backward(unary("norm", {3, 5, 2}, narrow), {.wrt = {}, .with_inputs = true});
     const runtime::Bindings vars = runtime::random_bindings(rounded.graph, 5);
     const std::string head = rounded.head_grads.at(0);
     runtime::Bindings wide_vars = vars;
@@ -283,7 +283,7 @@ TEST(TensorGradients, MaxAndMinGiveEveryTiedElementTheWholeGradient) {
   for (const char* op : {"max", "min"}) {
     SCOPED_TRACE(op);
     const ir::Graph g = unary(op, {2, 3}, {{"axis", "1"}});
-    const engine::BackwardGraph bg = engine::build_backward(g, {.with_inputs = true});
+    const engine::BackwardGraph bg = engine::build_backward(g, {.wrt = {}, .with_inputs = true});
     const double extreme = std::string(op) == "max" ? 4 : -4;
     const runtime::Bindings vars = {{"x", values(DType::f64, {2, 3}, {extreme, 1, extreme, 0, extreme, 2})},
                                     {bg.head_grads.at(0), values(DType::f64, {2}, {10, 20})}};
@@ -310,7 +310,7 @@ TEST(TensorGradients, TakeAddsRowsAtTheirIndices) {
   for (const TakeCase& c : cases) {
     SCOPED_TRACE(ir::shape_str(c.a) + " " + ::testing::PrintToString(c.attrs));
     const ir::Graph g = op_graph("take", {{"x", f64(c.a)}, {"i", {DType::i32, c.indices}}}, c.attrs);
-    EXPECT_TRUE(check_gradients(g, {.given = {{"i", values(DType::i32, c.indices, c.index_values)}}}));
+    EXPECT_TRUE(check_gradients(g, {.wrt = {}, .given = {{"i", values(DType::i32, c.indices, c.index_values)}}}));
   }
 }
 
@@ -329,7 +329,7 @@ TEST(TensorGradients, PickPutsTheGradientAtThePickedElement) {
   for (const PickCase& c : cases) {
     SCOPED_TRACE(ir::shape_str(c.data) + " " + ::testing::PrintToString(c.attrs));
     const ir::Graph g = op_graph("pick", {{"x", f64(c.data)}, {"i", {DType::i32, c.index}}}, c.attrs);
-    EXPECT_TRUE(check_gradients(g, {.given = {{"i", values(DType::i32, c.index, c.index_values)}}}));
+    EXPECT_TRUE(check_gradients(g, {.wrt = {}, .given = {{"i", values(DType::i32, c.index, c.index_values)}}}));
   }
 }
 
@@ -337,11 +337,11 @@ TEST(TensorGradients, GatherNdAddsAtRepeatedIndices) {
   // Whole rows (M=1 of a rank-2 table), one element (M=rank), slices (M=2 of rank 3);
   // negative indices count from the end.
   EXPECT_TRUE(check_gradients(op_graph("gather_nd", {{"x", f64({5, 3})}, {"i", {DType::i64, {1, 4}}}}, {}),
-                              {.given = {{"i", values(DType::i64, {1, 4}, {1, 4, 1, -1})}}}));
+                              {.wrt = {}, .given = {{"i", values(DType::i64, {1, 4}, {1, 4, 1, -1})}}}));
   EXPECT_TRUE(check_gradients(op_graph("gather_nd", {{"x", f64({5, 3})}, {"i", {DType::i64, {2, 3}}}}, {}),
-                              {.given = {{"i", values(DType::i64, {2, 3}, {0, 4, 0, 2, -1, 2})}}}));
+                              {.wrt = {}, .given = {{"i", values(DType::i64, {2, 3}, {0, 4, 0, 2, -1, 2})}}}));
   EXPECT_TRUE(check_gradients(op_graph("gather_nd", {{"x", f64({2, 7, 3})}, {"i", {DType::i32, {2, 2, 2}}}}, {}),
-                              {.given = {{"i", values(DType::i32, {2, 2, 2}, {1, 0, 1, 1, 6, 2, 6, -7})}}}));
+                              {.wrt = {}, .given = {{"i", values(DType::i32, {2, 2, 2}, {1, 0, 1, 1, 6, 2, 6, -7})}}}));
 }
 
 // Low-precision gradients add in f32 and round once: bf16 1 + 2^-8 + 2^-8 rounds to 1 when
@@ -387,7 +387,7 @@ TEST(TensorGradients, SequenceLastPutsTheGradientAtTheLastStep) {
   }
   EXPECT_TRUE(check_gradients(op_graph("SequenceLast", {{"x", f64({1, 1})}, {"len", {DType::i32, {1}}}},
                                        {{"use_sequence_length", "True"}}),
-                              {.given = {{"len", values(DType::i32, {1}, {1})}}}));
+                              {.wrt = {}, .given = {{"len", values(DType::i32, {1}, {1})}}}));
 }
 
 TEST(TensorGradients, ReshapeLikeAndIndexOnlyOps) {
@@ -395,7 +395,7 @@ TEST(TensorGradients, ReshapeLikeAndIndexOnlyOps) {
   // one_hot's and arange_like's outputs do not depend on their inputs' values: the
   // gradients are zeros (MXNet: MakeZeroGradNodes).
   EXPECT_TRUE(check_gradients(unary("one_hot", {3}, {{"depth", "4"}, {"dtype", "float64"}}),
-                              {.given = {{"x", values(DType::f64, {3}, {0.5, 3.5, 1.5})}}}));
+                              {.wrt = {}, .given = {{"x", values(DType::f64, {3}, {0.5, 3.5, 1.5})}}}));
   EXPECT_TRUE(check_gradients(unary("_contrib_arange_like", {2, 3}, {})));
 }
 
@@ -440,7 +440,7 @@ TEST(TensorGradients, BackwardOpsRefuseInputsThatDoNotFit) {
 // ---- the executor runs the backward graphs as the interpreter does (f32) --------------------
 
 void expect_executor_matches_interpreter(const ir::Graph& forward, const runtime::Bindings& given = {}) {
-  const engine::BackwardGraph bg = engine::build_backward(forward, {.with_inputs = true});
+  const engine::BackwardGraph bg = engine::build_backward(forward, {.wrt = {}, .with_inputs = true});
   const runtime::Bindings vars = runtime::random_bindings(bg.graph, 11, given);
   const std::vector<Tensor> want = runtime::interpret(bg.graph, vars);
   const std::vector<Tensor> got = engine::Executable::compile(bg.graph).run(vars);
