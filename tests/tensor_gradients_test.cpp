@@ -392,11 +392,13 @@ TEST(TensorGradients, SequenceLastPutsTheGradientAtTheLastStep) {
 
 TEST(TensorGradients, ReshapeLikeAndIndexOnlyOps) {
   EXPECT_TRUE(check_gradients(op_graph("reshape_like", {{"x", f64({3, 5})}, {"y", f64({5, 3})}}, {})));
-  // one_hot's and arange_like's outputs do not depend on their inputs' values: the
-  // gradients are zeros (MXNet: MakeZeroGradNodes).
+  // The outputs of one_hot, arange_like, argmax and argmin do not move with their inputs'
+  // values (almost everywhere): the gradients are zeros (MXNet: MakeZeroGradNodes).
   EXPECT_TRUE(check_gradients(unary("one_hot", {3}, {{"depth", "4"}, {"dtype", "float64"}}),
                               {.wrt = {}, .given = {{"x", values(DType::f64, {3}, {0.5, 3.5, 1.5})}}}));
   EXPECT_TRUE(check_gradients(unary("_contrib_arange_like", {2, 3}, {})));
+  EXPECT_TRUE(check_gradients(unary("argmax", {3, 5}, {{"axis", "1"}})));
+  EXPECT_TRUE(check_gradients(unary("argmin", {7}, {})));
 }
 
 // ---- errors --------------------------------------------------------------------------------

@@ -9,6 +9,7 @@
 #include "ir/ops/nn_ops.h"
 #include "ir/ops/nn_ordering.h"
 #include "ir/ops/nn_params.h"
+#include "ir/ops/op_helpers.h"
 #include "ir/ops/tensor_shapes.h"
 
 #include <charconv>
@@ -107,6 +108,7 @@ OpDef arg_reduce_def(const char* name, AmpClass bf16_class) {
   };
   d.amp_fp16 = AmpClass::neutral;
   d.amp_bf16 = bf16_class;
+  d.gradient = no_gradient;  // an index does not move with the data (MXNet: MakeZeroGradNodes)
   return d;
 }
 
