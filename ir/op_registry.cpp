@@ -52,6 +52,7 @@ OpRegistry& OpRegistry::global() {
     register_nn_ops(*r);
     register_tensor_ops(*r);
     register_index_ops(*r);
+    register_tensor_backward_ops(*r);
     register_contrib_detection_ops(*r);
     register_gradient_ops(*r);
     return r;

@@ -232,6 +232,7 @@ void register_elementwise_ops(OpRegistry& r);
 void register_nn_ops(OpRegistry& r);
 void register_tensor_ops(OpRegistry& r);
 void register_index_ops(OpRegistry& r);
+void register_tensor_backward_ops(OpRegistry& r);  // ir/ops/tensor_backward.cpp
 void register_gradient_ops(OpRegistry& r);  // ir/gradient.cpp
 
 }  // namespace ampfuse::ir

@@ -114,6 +114,12 @@ Shape gather_nd_shape(const Shape& data, const Shape& indices) {
   return out;
 }
 
+int64_t gather_nd_index(double raw, int64_t n, int64_t dim) {
+  const int64_t i = static_cast<int64_t>(std::isnan(raw) ? 0.0 : std::trunc(raw));
+  if (i < -n || i >= n) fail("gather_nd index {} is out of range for dim {} (extent {})", i, dim, n);
+  return i < 0 ? i + n : i;
+}
+
 IndexMode index_mode(const Attrs& a) {
   const std::string& m = a.get_string("mode");
   return m == "wrap" ? IndexMode::wrap : m == "raise" ? IndexMode::raise : IndexMode::clip;
@@ -211,8 +217,10 @@ PadPlan pad_plan(const Shape& in, const Attrs& a) {
     fail("attribute 'pad_width'={} needs 2 entries per dim of input {}", format_mxnet_attr(pw), shape_str(in));
   if (pw[0] || pw[1] || pw[2] || pw[3])
     fail("attribute 'pad_width'={} pads the first two dims, which MXNet does not support", format_mxnet_attr(pw));
-  const bool reflect = a.get_string("mode") == "reflect";
+  const std::string& mode = a.get_string("mode");
+  const bool reflect = mode == "reflect";
   PadPlan p;
+  p.mode = reflect ? PadMode::reflect : mode == "edge" ? PadMode::edge : PadMode::constant;
   p.out = in;
   for (size_t d = 0; d < in.size(); ++d) {
     const int64_t b = pw[2 * d], e = pw[2 * d + 1];
@@ -225,6 +233,16 @@ PadPlan pad_plan(const Shape& in, const Attrs& a) {
     p.out[d] += b + e;
   }
   return p;
+}
+
+int64_t pad_source(PadMode mode, int64_t j, int64_t n) {
+  if (j >= 0 && j < n) return j;
+  switch (mode) {
+    case PadMode::constant: return -1;
+    case PadMode::edge: return j < 0 ? 0 : n - 1;
+    case PadMode::reflect: return j < 0 ? -j : 2 * (n - 1) - j;
+  }
+  return -1;
 }
 
 UpSamplingPlan upsampling_plan(const std::vector<Shape>& ins, const Attrs& a) {

@@ -54,6 +54,9 @@ Shape take_shape(const Shape& a, const Shape& indices, const Attrs& attrs);
 Shape pick_shape(const Shape& data, const Shape& index, const Attrs& attrs);
 // gather_nd(data, indices): indices (M, Y...) -> (Y..., data.shape[M:]).
 Shape gather_nd_shape(const Shape& data, const Shape& indices);
+// One gather_nd index (any dtype, truncated toward zero) into dim `dim` of extent n: as
+// MXNet, [-n, 0) counts from the end and anything else outside [0, n) is an error.
+int64_t gather_nd_index(double raw, int64_t n, int64_t dim);
 
 // An index read from an index tensor (any dtype: MXNet truncates floats toward zero) put
 // into [0, n) by mode: clip clamps, wrap takes it modulo n, raise throws (naming `what`).
@@ -78,11 +81,18 @@ CropWindow crop_window(const Shape& in, const Shape* like, const Attrs& attrs);
 
 // Pad: (before, after) per dim from pad_width; 4-D or 5-D input, nothing padded on the
 // first two dims; reflect needs each pad smaller than its dim.
+enum class PadMode : uint8_t { constant, edge, reflect };
 struct PadPlan {
+  PadMode mode = PadMode::constant;
   std::vector<int64_t> before, after;
   Shape out;
 };
 PadPlan pad_plan(const Shape& in, const Attrs& attrs);
+// The input index that position j of a padded dim reads, j counted from the input's first
+// element (negative in the leading pad) and n the dim's extent: j itself inside [0, n);
+// outside, the nearest edge (edge), the mirror image without repeating the edge (reflect),
+// or -1 (constant: the pad value).
+int64_t pad_source(PadMode mode, int64_t j, int64_t n);
 
 // UpSampling (nearest): input k of `ins` (all NCHW) scaled by the integer factor that makes
 // its height that of input 0 times `scale`; the output concatenates them along channels

@@ -9,6 +9,7 @@
 #include "ir/ops/nn_ops.h"
 #include "ir/ops/nn_ordering.h"
 #include "ir/ops/nn_params.h"
+#include "ir/ops/op_helpers.h"
 #include "ir/ops/tensor_shapes.h"
 
 #include <charconv>
@@ -107,6 +108,7 @@ OpDef arg_reduce_def(const char* name, AmpClass bf16_class) {
   };
   d.amp_fp16 = AmpClass::neutral;
   d.amp_bf16 = bf16_class;
+  d.gradient = no_gradient;  // an index does not move with the data (MXNet: MakeZeroGradNodes)
   return d;
 }
 
@@ -128,6 +130,22 @@ OpDef argmax_channel_def() {
   d.amp_fp16 = AmpClass::neutral;
   d.amp_bf16 = AmpClass::fp32;
   return d;
+}
+
+// norm's gradient as MXNet 1.9.1 computes it: ord=2, g * x / y (NaN where the norm is 0:
+// MXNet divides too); ord=1, g * sign(x) (0 at 0). g and y, the output's gradient and value,
+// are seen with the reduced dims kept and cast from out_dtype to the data's dtype.
+InputGrads norm_gradient(GradContext& c) {
+  const TensorType in = c.input_type(0);
+  Attrs plan_attrs = c.attrs();
+  plan_attrs.set("exclude", false);
+  const Shape kept = reduce_plan(in.shape, plan_attrs).kept;
+  const bool l1 = c.attrs().get_int("ord") == 1;
+  const ValueRef x = c.input(0);
+  const ValueRef grad = c.cast(c.reshape(c.out_grad(0), kept), in.dtype);
+  const ValueRef factor =
+      l1 ? c.emit("sign", {x}) : c.emit("broadcast_div", {x, c.cast(c.reshape(c.output(0), kept), in.dtype)});
+  return {c.emit("broadcast_mul", {factor, grad})};
 }
 
 // norm: the L1 (ord=1) or L2 (ord=2) norm over `axis` (every axis when None), in the
@@ -152,6 +170,7 @@ OpDef norm_def() {
     ctx.outputs[0] = TensorType{out, reduce_plan(data->shape, plan_attrs).out};
   };
   d.amp_bf16 = d.amp_fp16 = AmpClass::fp32;
+  d.gradient = norm_gradient;
   return d;
 }
 

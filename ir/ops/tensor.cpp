@@ -17,6 +17,7 @@
 #include "ir/error.h"
 #include "ir/op_registry.h"
 #include "ir/ops/op_helpers.h"
+#include "ir/ops/tensor_backward.h"
 #include "ir/ops/tensor_shapes.h"
 
 #include <algorithm>
@@ -155,6 +156,16 @@ std::vector<int64_t> swap_permutation(const Shape& in, const Attrs& a) {
   return perm;
 }
 
+// The gradient of a permutation is the inverse permutation of the output's gradient.
+InputGrads transpose_gradient(GradContext& c) {
+  const auto perm = transpose_permutation(c.input_type(0).shape, c.attrs().get_ints("axes"));
+  std::vector<int64_t> inverse(perm.size());
+  for (size_t j = 0; j < perm.size(); ++j) inverse[perm[j]] = static_cast<int64_t>(j);
+  Attrs a;
+  a.set("axes", std::move(inverse));
+  return data_gradient(c, c.emit_typed("transpose", {c.out_grad(0)}, std::move(a)));
+}
+
 void register_permutes(OpRegistry& r) {
   OpDef transpose = make_op("transpose", OpKind::data_movement, AmpClass::neutral, true);
   transpose.amp_bf16 = AmpClass::fp32;
@@ -167,6 +178,7 @@ void register_permutes(OpRegistry& r) {
   transpose.remap_access = [](const Attrs& a, const Shape& in, const Shape&) {
     return permutation_access(transpose_permutation(in, a.get_ints("axes")));
   };
+  transpose.gradient = transpose_gradient;
   r.add(std::move(transpose));
 
   OpDef swap = make_op("SwapAxis", OpKind::data_movement, AmpClass::neutral, true);
@@ -181,7 +193,51 @@ void register_permutes(OpRegistry& r) {
     return permutation_access(swap_permutation(in, a));
   };
   swap.aliases = {"swapaxes"};
+  swap.gradient = self_inverse_gradient;  // swapping the same dims again
   r.add(std::move(swap));
+}
+
+// Each input's gradient is its part of the output's gradient.
+InputGrads concat_gradient(GradContext& c) {
+  std::vector<Shape> shapes;
+  for (size_t i = 0; i < c.num_inputs(); ++i) shapes.push_back(c.input_type(i).shape);
+  const int64_t axis = resolve_axis(c.attrs().get_int("dim"), shapes[0], "dim");
+  const ValueRef grad = c.out_grad(0);
+  InputGrads grads(shapes.size());
+  int64_t position = 0;
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    const int64_t extent = shapes[i][axis];
+    if (c.wants(i)) grads[i] = shapes.size() == 1 ? grad : slice_along(c, grad, axis, position, position + extent);
+    position += extent;
+  }
+  return grads;
+}
+
+// Input k's gradient is entry k of the stacked axis.
+InputGrads stack_gradient(GradContext& c) {
+  const Shape in = c.input_type(0).shape;
+  const int64_t axis = resolve_insert_axis(c.attrs().get_int("axis"), in, "axis");
+  const ValueRef grad = c.out_grad(0);
+  InputGrads grads(c.num_inputs());
+  for (size_t k = 0; k < grads.size(); ++k)
+    if (c.wants(k)) grads[k] = c.reshape(slice_along(c, grad, axis, static_cast<int64_t>(k), static_cast<int64_t>(k) + 1), in);
+  return grads;
+}
+
+// The outputs' gradients joined back (zeros for outputs no gradient reaches).
+InputGrads slice_channel_gradient(GradContext& c) {
+  const Shape in = c.input_type(0).shape;
+  const int64_t axis = resolve_axis(c.attrs().get_int("axis"), in, "axis");
+  const size_t n = c.num_outputs();
+  Shape part = in;
+  part[axis] /= static_cast<int64_t>(n);
+  std::vector<ValueRef> parts;
+  for (size_t k = 0; k < n; ++k) parts.push_back(c.reshape(c.out_grad(k), part));  // unsqueezed
+  if (n == 1) return data_gradient(c, parts[0]);
+  Attrs a;
+  a.set("num_args", static_cast<int64_t>(n));
+  a.set("dim", axis);
+  return data_gradient(c, c.emit_typed("Concat", std::move(parts), std::move(a)));
 }
 
 void register_joins_and_splits(OpRegistry& r) {
@@ -206,6 +262,7 @@ void register_joins_and_splits(OpRegistry& r) {
   };
   concat.channels_last = ChannelsLastRule{ChannelsLastRule::Channels::axis_attr, "dim", /*every_input=*/true};
   concat.aliases = {"concat"};
+  concat.gradient = concat_gradient;
   r.add(std::move(concat));
 
   OpDef stack = make_op("stack", OpKind::data_movement, AmpClass::widest, false);
@@ -223,6 +280,7 @@ void register_joins_and_splits(OpRegistry& r) {
                static_cast<int64_t>(ctx.inputs.size()));
     ctx.outputs[0] = TensorType{dtype, out};
   };
+  stack.gradient = stack_gradient;
   r.add(std::move(stack));
 
   OpDef split = make_op("SliceChannel", OpKind::data_movement, AmpClass::neutral, false);
@@ -250,7 +308,14 @@ void register_joins_and_splits(OpRegistry& r) {
   // No channels_last rule: moving a split across a layout change would need a transpose
   // per output, more than the one it removes (layout_optimize moves the join, Concat).
   split.aliases = {"split"};
+  split.gradient = slice_channel_gradient;
   r.add(std::move(split));
+}
+
+// A slice's gradient: the output's gradient in its window of the input, zeros elsewhere.
+// shape_like (slice_like) lends its shape only and gets none.
+InputGrads slice_gradient(GradContext& c, const std::vector<SliceDim>& window) {
+  return data_gradient(c, slice_backward(c, c.out_grad(0), c.input_type(0).shape, window));
 }
 
 void register_slices(OpRegistry& r) {
@@ -260,6 +325,7 @@ void register_slices(OpRegistry& r) {
                  with_default("step", AttrKind::IntList, no_ints())};
   slice.infer = keep_dtype([](const Shape& in, const Attrs& a) { return slice_output_shape(slice_dims(in, a)); });
   slice.remap_access = [](const Attrs& a, const Shape& in, const Shape&) { return slice_access(slice_dims(in, a)); };
+  slice.gradient = [](GradContext& c) { return slice_gradient(c, slice_dims(c.input_type(0).shape, c.attrs())); };
   // MXNet's `crop` is this op under another name (matrix_op.cc); its legacy `Crop` (two
   // inputs, offset / h_w / center_crop) is a different op, not registered here.
   slice.aliases = {"crop"};
@@ -275,6 +341,9 @@ void register_slices(OpRegistry& r) {
   slice_axis.remap_access = [](const Attrs& a, const Shape& in, const Shape&) {
     return slice_access(slice_axis_dims(in, a));
   };
+  slice_axis.gradient = [](GradContext& c) {
+    return slice_gradient(c, slice_axis_dims(c.input_type(0).shape, c.attrs()));
+  };
   r.add(std::move(slice_axis));
 
   OpDef slice_like = make_op("slice_like", OpKind::data_movement, AmpClass::neutral, true);
@@ -286,7 +355,16 @@ void register_slices(OpRegistry& r) {
     const TensorType& in = ctx.in(0);
     ctx.outputs[0] = TensorType{in.dtype, slice_output_shape(slice_like_dims(in.shape, ctx.in(1).shape, ctx.attrs))};
   };
+  slice_like.gradient = [](GradContext& c) {
+    return slice_gradient(c, slice_like_dims(c.input_type(0).shape, c.input_type(1).shape, c.attrs()));
+  };
   r.add(std::move(slice_like));
+}
+
+// A broadcast's gradient sums the output's gradient over the dims it repeated; rhs
+// (broadcast_like) lends its shape only and gets none (MXNet: zeros).
+InputGrads broadcast_gradient(GradContext& c) {
+  return data_gradient(c, c.sum_to_shape(c.out_grad(0), c.input_type(0).shape));
 }
 
 void register_broadcasts(OpRegistry& r) {
@@ -299,6 +377,7 @@ void register_broadcasts(OpRegistry& r) {
     return AccessMap::broadcast(in, out);
   };
   to.remap_access = repeat_unit_dims;
+  to.gradient = broadcast_gradient;
   r.add(std::move(to));
 
   OpDef axis = make_op("broadcast_axis", OpKind::data_movement, AmpClass::neutral, true);
@@ -307,6 +386,7 @@ void register_broadcasts(OpRegistry& r) {
   axis.infer = keep_dtype(broadcast_axis_shape);
   axis.remap_access = repeat_unit_dims;
   axis.aliases = {"broadcast_axes"};
+  axis.gradient = broadcast_gradient;
   r.add(std::move(axis));
 
   OpDef like = make_op("broadcast_like", OpKind::data_movement, AmpClass::neutral, true);
@@ -319,25 +399,59 @@ void register_broadcasts(OpRegistry& r) {
     const TensorType& lhs = ctx.in(0);
     ctx.outputs[0] = TensorType{lhs.dtype, broadcast_like_shape(lhs.shape, ctx.in(1).shape, ctx.attrs)};
   };
+  like.gradient = broadcast_gradient;
   r.add(std::move(like));
 }
 
 // ---- reductions ------------------------------------------------------------------------
+
+// Gradients of the reductions, as MXNet 1.9.1 defines them (broadcast_reduce_op.h): the
+// output's gradient `g` and value `y`, reshaped to the input's rank with the reduced dims
+// of extent 1, broadcast back over x:
+//   sum   g                    mean  g / (number of elements folded into each output)
+//   max, min  g * (x == y): every element equal to the extreme gets all of g, ties too
+//             (MXNet's ReduceAxesBackwardUseInOut with mshadow_op::eq)
+//   prod  g * (y / x): MXNet's rdiv, so a zero element gives inf or nan, as in MXNet
+enum class ReductionGrad { sum, mean, select, prod };
+
+InputGrads reduction_gradient(GradContext& c, ReductionGrad kind) {
+  const TensorType in = c.input_type(0);
+  const Shape kept = reduce_plan(in.shape, c.attrs()).kept;
+  ValueRef grad = c.reshape(c.out_grad(0), kept);
+  if (kind == ReductionGrad::sum || kind == ReductionGrad::mean) {
+    if (kind == ReductionGrad::mean) {
+      int64_t folded = 1;
+      for (size_t d = 0; d < kept.size(); ++d)
+        if (kept[d] != in.shape[d]) folded *= in.shape[d];
+      Attrs a;
+      a.set("scalar", static_cast<double>(folded));
+      grad = c.emit_typed("_div_scalar", {grad}, std::move(a));
+    }
+    Attrs a;
+    a.set("shape", std::vector<int64_t>(in.shape.begin(), in.shape.end()));
+    return data_gradient(c, c.emit_typed("broadcast_to", {grad}, std::move(a)));
+  }
+  const ValueRef x = c.input(0);
+  const ValueRef y = c.reshape(c.output(0), kept);
+  const ValueRef factor = kind == ReductionGrad::select ? c.emit("broadcast_equal", {x, y}) : c.emit("broadcast_div", {y, x});
+  return data_gradient(c, c.emit("broadcast_mul", {factor, grad}));
+}
 
 void register_reductions(OpRegistry& r) {
   struct Reduction {
     const char* name;
     AmpClass amp;
     std::vector<std::string> aliases;
+    ReductionGrad grad;
   };
   // sum, mean and prod overflow in 16 bits, so MXNet's AMP lists run them in fp32;
   // max and min pick an element and are exact in any type (fp16: neutral; MXNet's bf16
   // list has every reduction in fp32).
-  const Reduction reductions[] = {{"sum", AmpClass::fp32, {"sum_axis"}},
-                                  {"mean", AmpClass::fp32, {}},
-                                  {"prod", AmpClass::fp32, {}},
-                                  {"max", AmpClass::neutral, {"max_axis"}},
-                                  {"min", AmpClass::neutral, {"min_axis"}}};
+  const Reduction reductions[] = {{"sum", AmpClass::fp32, {"sum_axis"}, ReductionGrad::sum},
+                                  {"mean", AmpClass::fp32, {}, ReductionGrad::mean},
+                                  {"prod", AmpClass::fp32, {}, ReductionGrad::prod},
+                                  {"max", AmpClass::neutral, {"max_axis"}, ReductionGrad::select},
+                                  {"min", AmpClass::neutral, {"min_axis"}, ReductionGrad::select}};
   for (const Reduction& red : reductions) {
     OpDef d = make_op(red.name, OpKind::reduction, red.amp, false);
     d.amp_bf16 = AmpClass::fp32;
@@ -345,6 +459,7 @@ void register_reductions(OpRegistry& r) {
                with_default("exclude", AttrKind::Bool, false)};
     d.infer = keep_dtype([](const Shape& in, const Attrs& a) { return reduce_plan(in, a).out; });
     d.aliases = red.aliases;
+    d.gradient = [kind = red.grad](GradContext& c) { return reduction_gradient(c, kind); };
     r.add(std::move(d));
   }
 

@@ -24,6 +24,8 @@
 #include "ir/error.h"
 #include "ir/op_registry.h"
 #include "ir/ops/index_shapes.h"
+#include "ir/ops/op_helpers.h"
+#include "ir/ops/tensor_backward.h"
 #include "ir/ops/tensor_shapes.h"
 
 namespace ampfuse::ir {
@@ -90,6 +92,7 @@ void register_ranges(OpRegistry& r) {
     if (const auto axis = ctx.attrs.get_opt_int("axis")) out = {in.shape[resolve_axis(*axis, in.shape, "axis")]};
     ctx.outputs[0] = TensorType{in.dtype, out};
   };
+  like.gradient = no_gradient;  // the data lends its shape only (MXNet: MakeZeroGradNodes)
   r.add(std::move(like));
 
   // The input's shape (shape_array) or element count (size_array) as int64 values.
@@ -122,6 +125,44 @@ std::vector<bool> reversed_dims(const Shape& in, const Attrs& a) {
   return flip;
 }
 
+// Every copy of an input element adds its gradient: the output's gradient seen as
+// (copies, extent) per dim (tile) or (extent, copies) along one dim (repeat), summed over
+// the copies.
+ValueRef sum_copies(GradContext& c, ValueRef grad, const Shape& split, std::vector<int64_t> copy_axes, const Shape& in) {
+  Attrs a;
+  a.set("axis", std::move(copy_axes));
+  return c.reshape(c.emit_typed("sum", {c.reshape(grad, split)}, std::move(a)), in);
+}
+
+InputGrads tile_gradient(GradContext& c) {
+  const Shape in = c.input_type(0).shape;
+  const TilePlan p = tile_plan(in, c.attrs());
+  const auto& reps = c.attrs().get_ints("reps");  // right-aligned against in_view
+  const size_t lead = p.in_view.size() - reps.size();
+  Shape split;
+  std::vector<int64_t> copy_axes;
+  for (size_t d = 0; d < p.in_view.size(); ++d) {
+    copy_axes.push_back(static_cast<int64_t>(split.size()));
+    split.push_back(d < lead ? 1 : reps[d - lead]);
+    split.push_back(p.in_view[d]);
+  }
+  return data_gradient(c, sum_copies(c, c.out_grad(0), split, std::move(copy_axes), in));
+}
+
+InputGrads repeat_gradient(GradContext& c) {
+  const Shape in = c.input_type(0).shape;
+  const RepeatPlan p = repeat_plan(in, c.attrs());
+  Shape split = p.in_view;
+  split.insert(split.begin() + p.axis + 1, p.repeats);
+  return data_gradient(c, sum_copies(c, c.out_grad(0), split, {p.axis + 1}, in));
+}
+
+// depth_to_space and space_to_depth with one block size are inverse permutations.
+InputGrads block_permutation_gradient(GradContext& c, const char* inverse_op) {
+  const Attrs a = c.attrs();
+  return data_gradient(c, c.emit_typed(inverse_op, {c.out_grad(0)}, a));
+}
+
 void register_reindexing(OpRegistry& r) {
   // Not fused: an AccessMap can say "offset n-1, scale -1", but the kernel generators take
   // no negative strides (a kernel holding one falls back to the interpreter), so reverse is
@@ -133,16 +174,19 @@ void register_reindexing(OpRegistry& r) {
     return in;
   });
   reverse.aliases = {"flip"};
+  reverse.gradient = self_inverse_gradient;  // reversing the same axes again
   r.add(std::move(reverse));
 
   OpDef tile = make_op("tile", OpKind::data_movement, {{"data"}});
   tile.attrs = {required("reps", AttrKind::IntList)};
   tile.infer = keep_dtype([](const Shape& in, const Attrs& a) { return tile_plan(in, a).out; });
+  tile.gradient = tile_gradient;
   r.add(std::move(tile));
 
   OpDef repeat = make_op("repeat", OpKind::data_movement, {{"data"}});
   repeat.attrs = {required("repeats", AttrKind::Int), none_default("axis", AttrKind::Int)};
   repeat.infer = keep_dtype([](const Shape& in, const Attrs& a) { return repeat_plan(in, a).out; });
+  repeat.gradient = repeat_gradient;
   r.add(std::move(repeat));
 
   OpDef reshape_like = make_op("reshape_like", OpKind::view, {{"lhs"}, {"rhs"}});
@@ -154,20 +198,34 @@ void register_reindexing(OpRegistry& r) {
     const TensorType& lhs = ctx.in(0);
     ctx.outputs[0] = TensorType{lhs.dtype, reshape_like_shape(lhs.shape, ctx.in(1).shape, ctx.attrs)};
   };
+  reshape_like.gradient = reshape_back_gradient;
   r.add(std::move(reshape_like));
 
   OpDef d2s = make_op("depth_to_space", OpKind::data_movement, {{"data"}});
   d2s.attrs = {required("block_size", AttrKind::Int)};
   d2s.infer = keep_dtype(depth_to_space_shape);
+  d2s.gradient = [](GradContext& c) { return block_permutation_gradient(c, "space_to_depth"); };
   r.add(std::move(d2s));
 
   OpDef s2d = make_op("space_to_depth", OpKind::data_movement, {{"data"}});
   s2d.attrs = {required("block_size", AttrKind::Int)};
   s2d.infer = keep_dtype(space_to_depth_shape);
+  s2d.gradient = [](GradContext& c) { return block_permutation_gradient(c, "depth_to_space"); };
   r.add(std::move(s2d));
 }
 
 // ---- gathers through index tensors ---------------------------------------------------------
+
+// The gradient of a gather through an index tensor: `backward_op` scatters the output's
+// gradient into zeros of the data's shape (adding where indices repeat), reading the same
+// indices and the forward attributes. The indices get none (MXNet: zeros).
+InputGrads scatter_gradient(GradContext& c, const char* backward_op) {
+  Attrs a = c.attrs();
+  const Shape data = c.input_type(0).shape;
+  a.set("shape", std::vector<int64_t>(data.begin(), data.end()));
+  const ValueRef indices = c.input(1);
+  return data_gradient(c, c.emit_typed(backward_op, {c.out_grad(0), indices}, std::move(a)));
+}
 
 void register_gathers(OpRegistry& r) {
   OpDef take = make_op("take", OpKind::data_movement, {{"a"}, {"indices"} /* index input */});
@@ -177,6 +235,7 @@ void register_gathers(OpRegistry& r) {
     ctx.outputs[0] = TensorType{a.dtype, take_shape(a.shape, ctx.in(1).shape, ctx.attrs)};
   };
   index_input(take, 1);
+  take.gradient = [](GradContext& c) { return scatter_gradient(c, "_backward_take"); };
   r.add(std::move(take));
 
   OpDef pick = make_op("pick", OpKind::data_movement, {{"data"}, {"index"} /* index input */});
@@ -187,6 +246,7 @@ void register_gathers(OpRegistry& r) {
     ctx.outputs[0] = TensorType{data.dtype, pick_shape(data.shape, ctx.in(1).shape, ctx.attrs)};
   };
   index_input(pick, 1);
+  pick.gradient = [](GradContext& c) { return scatter_gradient(c, "_backward_pick"); };
   r.add(std::move(pick));
 
   OpDef gather = make_op("gather_nd", OpKind::data_movement, {{"data"}, {"indices"} /* index input */});
@@ -195,6 +255,7 @@ void register_gathers(OpRegistry& r) {
     ctx.outputs[0] = TensorType{data.dtype, gather_nd_shape(data.shape, ctx.in(1).shape)};
   };
   index_input(gather, 1);
+  gather.gradient = [](GradContext& c) { return scatter_gradient(c, "_backward_gather_nd"); };
   r.add(std::move(gather));
 
   // Output: indices' shape + (depth,), on_value where the index is k, else off_value.
@@ -211,10 +272,74 @@ void register_gathers(OpRegistry& r) {
   // Random test inputs for it are class ids below depth (runtime/random_bindings.cpp).
   one_hot.table_index = TableIndex{0, "depth"};
   index_input(one_hot, 0);
+  one_hot.gradient = no_gradient;  // MXNet: MakeZeroGradNodes
   r.add(std::move(one_hot));
 }
 
 // ---- crops, pads, upsampling -----------------------------------------------------------------
+
+// Crop's gradient: the output's gradient in the window, zeros around it; crop_like lends
+// its shape only.
+InputGrads crop_gradient(GradContext& c) {
+  const Shape in = c.input_type(0).shape;
+  const Shape like = c.num_inputs() > 1 ? c.input_type(1).shape : Shape{};
+  const CropWindow w = crop_window(in, c.num_inputs() > 1 ? &like : nullptr, c.attrs());
+  const std::vector<SliceDim> window = {{0, 1, in[0]}, {0, 1, in[1]}, {w.top, 1, w.height}, {w.left, 1, w.width}};
+  return data_gradient(c, slice_backward(c, c.out_grad(0), in, window));
+}
+
+// Pad's gradient: constant mode, the input's window of the output's gradient (a slice);
+// edge and reflect also add the gradient of each padded element to the element it copies
+// (_backward_Pad).
+InputGrads pad_gradient(GradContext& c) {
+  const Shape in = c.input_type(0).shape;
+  const PadPlan p = pad_plan(in, c.attrs());
+  Attrs a;
+  if (p.mode != PadMode::constant) {
+    a.set("mode", c.attrs().get_string("mode"));
+    a.set("pad_width", c.attrs().get_ints("pad_width"));
+    return data_gradient(c, c.emit_typed("_backward_Pad", {c.out_grad(0)}, std::move(a)));
+  }
+  std::vector<int64_t> end;
+  for (size_t d = 0; d < in.size(); ++d) end.push_back(p.before[d] + in[d]);
+  a.set("begin", p.before);
+  a.set("end", std::move(end));
+  return data_gradient(c, c.emit_typed("slice", {c.out_grad(0)}, std::move(a)));
+}
+
+// UpSampling's gradient: each input's part of the output's gradient (its channels, with
+// multi_input_mode=concat; all of it with sum) summed over the factor x factor block each
+// of its elements filled.
+InputGrads upsampling_gradient(GradContext& c) {
+  std::vector<Shape> shapes;
+  for (size_t k = 0; k < c.num_inputs(); ++k) shapes.push_back(c.input_type(k).shape);
+  const UpSamplingPlan p = upsampling_plan(shapes, c.attrs());
+  const bool concat = c.attrs().get_string("multi_input_mode") == "concat";
+  const ValueRef grad = c.out_grad(0);
+  InputGrads grads(shapes.size());
+  int64_t channel = 0;
+  for (size_t k = 0; k < shapes.size(); ++k) {
+    const Shape& s = shapes[k];
+    const int64_t f = p.factors[k];
+    const int64_t first = channel;
+    channel += s[1];
+    if (!c.wants(k)) continue;
+    const ValueRef part = concat && shapes.size() > 1 ? slice_along(c, grad, 1, first, first + s[1]) : grad;
+    grads[k] = sum_copies(c, part, {s[0], s[1], s[2], f, s[3], f}, {3, 5}, s);
+  }
+  return grads;
+}
+
+// _contrib_BilinearResize2D's gradient: _backward_BilinearResize2D spreads each output
+// element's gradient over the input elements it read, with their weights. `like` lends its
+// size only and gets none (MXNet: zeros).
+InputGrads bilinear_resize_gradient(GradContext& c) {
+  const Shape in = c.input_type(0).shape;
+  Attrs a;
+  a.set("shape", std::vector<int64_t>(in.begin(), in.end()));
+  a.set("align_corners", c.attrs().get_bool("align_corners"));
+  return data_gradient(c, c.emit_typed("_backward_BilinearResize2D", {c.out_grad(0)}, std::move(a)));
+}
 
 void register_windows(OpRegistry& r) {
   OpDef crop = make_op("Crop", OpKind::data_movement, {{"data"}, {"crop_like", SlotRole::data, true}});
@@ -234,6 +359,7 @@ void register_windows(OpRegistry& r) {
     const CropWindow w = crop_window(in.shape, like, ctx.attrs);
     ctx.outputs[0] = TensorType{in.dtype, {in.shape[0], in.shape[1], w.height, w.width}};
   };
+  crop.gradient = crop_gradient;
   r.add(std::move(crop));
 
   OpDef pad = make_op("Pad", OpKind::data_movement, {{"data"}});
@@ -241,6 +367,7 @@ void register_windows(OpRegistry& r) {
                required("pad_width", AttrKind::IntList), with_default("constant_value", AttrKind::Float, 0.0)};
   pad.infer = keep_dtype([](const Shape& in, const Attrs& a) { return pad_plan(in, a).out; });
   pad.aliases = {"pad"};
+  pad.gradient = pad_gradient;
   r.add(std::move(pad));
 
   OpDef up = make_op("UpSampling", OpKind::data_movement, {{"data"}});
@@ -265,6 +392,7 @@ void register_windows(OpRegistry& r) {
     }
     ctx.outputs[0] = TensorType{ctx.in(0).dtype, upsampling_plan(shapes, ctx.attrs).out};
   };
+  up.gradient = upsampling_gradient;
   r.add(std::move(up));
 
   // Bilinear resize of NCHW data (DeepLab, PSPNet and FCN heads). The data lends its dtype;
@@ -282,6 +410,7 @@ void register_windows(OpRegistry& r) {
     const auto [h, w] = bilinear_resize_size(in.shape, like, ctx.attrs);
     ctx.outputs[0] = TensorType{in.dtype, {in.shape[0], in.shape[1], h, w}};
   };
+  resize.gradient = bilinear_resize_gradient;
   r.add(std::move(resize));
 }
 
@@ -308,6 +437,56 @@ void check_lengths(const InferContext& ctx, const Shape& data, int64_t axis) {
          shape_str(data));
 }
 
+// SequenceMask and SequenceReverse are their own gradients: the masked steps get none
+// (the mask with value 0), and reversing the first `length` steps is its own inverse, as
+// MXNet's backward kernels do. Without lengths SequenceMask is the identity.
+InputGrads sequence_gradient(GradContext& c) {
+  const std::string op = c.node().op;
+  Attrs a = c.attrs();
+  const bool lengths = a.get_bool("use_sequence_length");
+  if (op == "SequenceMask") {
+    if (!lengths) return data_gradient(c, c.out_grad(0));
+    a.set("value", 0.0);
+  }
+  std::vector<ValueRef> ins = {c.out_grad(0)};
+  if (lengths) ins.push_back(c.input(1));
+  return data_gradient(c, c.emit_typed(op, std::move(ins), std::move(a)));
+}
+
+// SequenceLast's gradient: the output's gradient at step length-1 of each sequence, zeros
+// elsewhere. Without lengths that is the last step (a slice's gradient). With lengths, the
+// gradient repeated over the steps and masked twice, by the lengths and by the lengths
+// minus 1: the difference keeps step length-1 alone. SequenceMask reads the lengths as the
+// forward kernel does (truncated, NaN as 0), so a length outside [1, T] keeps nothing, as
+// the forward op gives zeros there; and trunc(l - 1) = trunc(l) - 1 for l >= 1, while for
+// l in (0, 1) both masks keep nothing. (An infinite gradient turns into NaN at the other
+// steps, where a scatter kernel would keep 0: overflow shows either way.)
+InputGrads sequence_last_gradient(GradContext& c) {
+  const Shape in = c.input_type(0).shape;
+  Attrs a = c.attrs();
+  const int64_t axis = sequence_axis(in, a, false);
+  Shape step = in;
+  step[axis] = 1;
+  const ValueRef grad = c.reshape(c.out_grad(0), step);
+  if (!a.get_bool("use_sequence_length")) {
+    std::vector<SliceDim> window;
+    for (int64_t e : in) window.push_back({0, 1, e});
+    window[axis] = {in[axis] - 1, 1, 1};
+    return data_gradient(c, slice_backward(c, grad, in, window));
+  }
+  const ValueRef lengths = c.input(1);
+  Attrs broadcast;
+  broadcast.set("shape", std::vector<int64_t>(in.begin(), in.end()));
+  const ValueRef every_step = c.emit_typed("broadcast_to", {grad}, std::move(broadcast));
+  Attrs one;
+  one.set("scalar", 1.0);
+  const ValueRef shorter = c.emit_typed("_minus_scalar", {lengths}, std::move(one));
+  a.set("value", 0.0);
+  const ValueRef up_to_last = c.emit_typed("SequenceMask", {every_step, lengths}, a);
+  const ValueRef before_last = c.emit_typed("SequenceMask", {every_step, shorter}, a);
+  return data_gradient(c, c.emit("elemwise_sub", {up_to_last, before_last}));
+}
+
 void register_sequences(OpRegistry& r) {
   OpDef mask = sequence_op("SequenceMask");
   mask.attrs.push_back(with_default("value", AttrKind::Float, 0.0));
@@ -316,6 +495,7 @@ void register_sequences(OpRegistry& r) {
     check_lengths(ctx, in.shape, sequence_axis(in.shape, ctx.attrs, false));
     ctx.outputs[0] = in;
   };
+  mask.gradient = sequence_gradient;
   r.add(std::move(mask));
 
   OpDef last = sequence_op("SequenceLast");
@@ -327,6 +507,7 @@ void register_sequences(OpRegistry& r) {
     out.erase(out.begin() + axis);
     ctx.outputs[0] = TensorType{in.dtype, out};
   };
+  last.gradient = sequence_last_gradient;
   r.add(std::move(last));
 
   OpDef rev = sequence_op("SequenceReverse");
@@ -335,6 +516,7 @@ void register_sequences(OpRegistry& r) {
     check_lengths(ctx, in.shape, sequence_axis(in.shape, ctx.attrs, true));
     ctx.outputs[0] = in;
   };
+  rev.gradient = sequence_gradient;
   r.add(std::move(rev));
 }
 

@@ -262,6 +262,7 @@ ReducePlan reduce_plan(const Shape& in, const Attrs& attrs) {
     for (bool n : named) plan.reduced.push_back(n != exclude);
   }
   for (size_t d = 0; d < in.size(); ++d) {
+    plan.kept.push_back(plan.reduced[d] ? 1 : in[d]);
     if (!plan.reduced[d]) plan.out.push_back(in[d]);
     else if (keepdims) plan.out.push_back(1);
   }

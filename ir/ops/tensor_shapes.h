@@ -46,6 +46,7 @@ Shape slice_output_shape(const std::vector<SliceDim>& dims);
 struct ReducePlan {
   std::vector<bool> reduced;  // per input dim
   Shape out;
+  Shape kept;  // the input's shape with each reduced dim 1: the output seen with keepdims
 };
 ReducePlan reduce_plan(const Shape& in, const Attrs& attrs);
 

@@ -7,6 +7,7 @@
 #include "ir/lowp.h"
 #include "ir/ops/index_shapes.h"
 #include "ir/ops/tensor_shapes.h"
+#include "runtime/reference/bilinear_taps.h"
 #include "runtime/reference/reference_kernels.h"
 #include "runtime/reference/strided_view.h"
 
@@ -195,13 +196,7 @@ void gather_nd(const ir::Node&, Inputs in, Outputs out) {
   int64_t o = 0;
   for (int64_t y = 0; y < count; ++y) {
     int64_t base = 0;
-    for (int64_t d = 0; d < m; ++d) {
-      const double raw = idx.get_f64(d * count + y);
-      int64_t i = static_cast<int64_t>(std::isnan(raw) ? 0.0 : std::trunc(raw));
-      if (i < -s[d] || i >= s[d]) fail("gather_nd index {} is out of range for dim {} (extent {})", i, d, s[d]);
-      if (i < 0) i += s[d];
-      base += i * strides[d];
-    }
+    for (int64_t d = 0; d < m; ++d) base += ir::gather_nd_index(idx.get_f64(d * count + y), s[d], d) * strides[d];
     for (int64_t q = 0; q < inner; ++q) copy_element(in[0], base + q, out[0], o++);
   }
 }
@@ -222,7 +217,6 @@ void one_hot(const ir::Node& n, Inputs in, Outputs out) {
 void pad(const ir::Node& n, Inputs in, Outputs out) {
   const Shape& s = in[0].shape();
   const ir::PadPlan p = ir::pad_plan(s, n.attrs);
-  const std::string& mode = n.attrs.get_string("mode");
   const double value = n.attrs.get_float("constant_value");
   const auto strides = dense_strides(s);
   const size_t rank = s.size();
@@ -231,12 +225,8 @@ void pad(const ir::Node& n, Inputs in, Outputs out) {
     int64_t from = 0;
     bool outside = false;
     for (size_t d = 0; d < rank; ++d) {
-      int64_t j = index[d] - p.before[d];
-      if (j < 0 || j >= s[d]) {
-        if (mode == "constant") outside = true;
-        else if (mode == "edge") j = j < 0 ? 0 : s[d] - 1;
-        else j = j < 0 ? -j : 2 * (s[d] - 1) - j;  // reflect, without repeating the edge
-      }
+      const int64_t j = ir::pad_source(p.mode, index[d] - p.before[d], s[d]);
+      outside = outside || j < 0;
       from += j * strides[d];
     }
     if (outside) out[0].set_f64(o, value);
@@ -281,10 +271,7 @@ void upsampling(const ir::Node& n, Inputs in, Outputs out) {
 }
 
 // Bilinear resize as MXNet's CPU kernel computes it, in f32 (f64 for f64 data) and in its
-// order of operations: source position h1r = scale * h (align_corners) or
-// max(scale * (h + 0.5) - 0.5, 0), scale = (in - 1) / (out - 1) or in / out (0 for an output
-// extent of 1); the two neighbours h1 = int(h1r) and h1 + (h1 < in - 1); weights h1r - h1
-// and 1 - that. Equal sizes copy.
+// order of operations (the taps: runtime/reference/bilinear_taps.h). Equal sizes copy.
 template <class T>
 void bilinear_resize_in(const ir::Node& n, Inputs in, Outputs out) {
   const Shape& s = in[0].shape();
@@ -295,29 +282,16 @@ void bilinear_resize_in(const ir::Node& n, Inputs in, Outputs out) {
     if (in[0].bytes()) std::memcpy(out[0].raw(), in[0].raw(), in[0].bytes());
     return;
   }
-  const auto scale = [&](int64_t from, int64_t to) -> T {
-    if (to <= 1) return T(0);
-    return align ? static_cast<T>(from - 1) / static_cast<T>(to - 1) : static_cast<T>(from) / static_cast<T>(to);
-  };
-  const auto source = [&](T sc, int64_t dst) -> T {
-    if (align) return sc * static_cast<T>(dst);
-    const T src = sc * (static_cast<T>(dst) + T(0.5)) - T(0.5);
-    return src < T(0) ? T(0) : src;
-  };
-  const T rh = scale(ih, oh), rw = scale(iw, ow);
+  const auto rows = ref::bilinear_taps<T>(ih, oh, align), cols = ref::bilinear_taps<T>(iw, ow, align);
   for (int64_t y = 0; y < oh; ++y) {
-    const T h1r = source(rh, y);
-    const int64_t h1 = static_cast<int64_t>(h1r), h1p = h1 < ih - 1 ? 1 : 0;
-    const T h1l = h1r - static_cast<T>(h1), h0l = T(1) - h1l;
+    const ref::BilinearTap<T>& h = rows[y];
     for (int64_t x = 0; x < ow; ++x) {
-      const T w1r = source(rw, x);
-      const int64_t w1 = static_cast<int64_t>(w1r), w1p = w1 < iw - 1 ? 1 : 0;
-      const T w1l = w1r - static_cast<T>(w1), w0l = T(1) - w1l;
+      const ref::BilinearTap<T>& w = cols[x];
       for (int64_t p = 0; p < planes; ++p) {
         const int64_t base = p * ih * iw;
         const auto at = [&](int64_t r, int64_t c) { return static_cast<T>(in[0].get_f64(base + r * iw + c)); };
-        const T v = h0l * (w0l * at(h1, w1) + w1l * at(h1, w1 + w1p)) +
-                    h1l * (w0l * at(h1 + h1p, w1) + w1l * at(h1 + h1p, w1 + w1p));
+        const T v = h.w_lo * (w.w_lo * at(h.lo, w.lo) + w.w_hi * at(h.lo, w.lo + w.step)) +
+                    h.w_hi * (w.w_lo * at(h.lo + h.step, w.lo) + w.w_hi * at(h.lo + h.step, w.lo + w.step));
         out[0].set_f64(p * oh * ow + y * ow + x, static_cast<double>(v));
       }
     }

@@ -25,5 +25,6 @@ void register_reference_kernel(std::string op, ReferenceKernel k);
 void register_nn_kernels();
 void register_tensor_kernels();
 void register_index_kernels();
+void register_tensor_backward_kernels();
 
 }  // namespace ampfuse::runtime

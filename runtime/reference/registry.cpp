@@ -29,6 +29,7 @@ const ReferenceKernel* find_reference_kernel(std::string_view op) {
     register_nn_kernels();
     register_tensor_kernels();
     register_index_kernels();
+    register_tensor_backward_kernels();
     register_detection_kernels();
   });
   auto it = table().find(op);
