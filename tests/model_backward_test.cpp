@@ -1,8 +1,13 @@
 // Every non-INT8 model of models/ differentiates: the backward graph builds (gradients of
 // every param, head gradients of ones or the loss's own), runs fused in f32 and in bf16
-// AMP, and equals the reference interpreter running the same graph: f32 within 1e-5 of
-// the largest |gradient| of each output (oneDNN sums in its own order), bf16 within a few
-// bf16 steps of it.
+// AMP, and equals the reference interpreter running the same graph: with the external ops
+// on the interpreter too, f32 within 1e-5 of the largest |gradient| of each output and bf16
+// within a few bf16 steps of it. With oneDNN the forward values differ by its summation
+// order, and where that turns a near-tie of a max-pooling window (relu zeros against
+// values of 1e-8) the whole gradient of the window goes to another element: exact for the
+// values each path computed, but not within 1e-5 of the other path upstream of the pool
+// (squeezenet: 90 of 36864 elements of the last pooled layer's weight gradient, then
+// spreading). Models with max pooling get `onednn_tol` there.
 #include "engine/execution/executor.h"
 #include "engine/lower.h"
 #include "ir/mxnet_json.h"
@@ -23,16 +28,18 @@ struct BackwardCase {
   const char* file;
   std::map<std::string, ir::Shape> shapes;  // small spatial sizes: the interpreter is the oracle
   double f32_tol, bf16_tol;
+  double onednn_tol;  // with oneDNN, f32 and bf16 (see the top of the file)
   bool big;  // too slow for the sanitizer build
 };
 
 const BackwardCase kModels[] = {
-    {"mlp_legacy_000800-test-symbol.json", {{"data", {4, 32}}}, 1e-5, 0.02, false},
-    {"cifar_resnet20_v2-gluoncv-symbol.json", {{"data", {2, 3, 32, 32}}}, 1e-5, 0.02, false},
-    {"squeezenet_v1.1-mms-legacy-symbol.json", {{"data", {1, 3, 64, 64}}}, 1e-5, 0.02, false},
-    {"vgg_small-mkldnn-test-symbol.json", {{"data", {2, 3, 32, 32}}}, 1e-5, 0.02, false},
-    {"resnet152-mxnet-symbolic-symbol.json", {{"data", {1, 3, 32, 32}}}, 1e-5, 0.03, true},
-    {"densenet169-imagenet-legacy-symbol.json", {{"data", {1, 3, 32, 32}}}, 1e-5, 0.03, true},
+    {"mlp_legacy_000800-test-symbol.json", {{"data", {4, 32}}}, 1e-5, 0.02, 0.02, false},
+    {"cifar_resnet20_v2-gluoncv-symbol.json", {{"data", {2, 3, 32, 32}}}, 1e-5, 0.02, 0.02, false},
+    {"squeezenet_v1.1-mms-legacy-symbol.json", {{"data", {1, 3, 64, 64}}}, 1e-5, 0.02, 0.1, false},
+    // bf16 rounds many pooled values to exact ties, so more windows route differently.
+    {"vgg_small-mkldnn-test-symbol.json", {{"data", {2, 3, 32, 32}}}, 1e-5, 0.02, 0.25, false},
+    {"resnet152-mxnet-symbolic-symbol.json", {{"data", {1, 3, 32, 32}}}, 1e-5, 0.03, 0.1, true},
+    {"densenet169-imagenet-legacy-symbol.json", {{"data", {1, 3, 32, 32}}}, 1e-5, 0.03, 0.1, true},
 };
 
 void PrintTo(const BackwardCase& m, std::ostream* os) { *os << m.file; }
@@ -78,10 +85,12 @@ TEST_P(ModelBackward, FusedGradientsEqualTheInterpreter) {
   const ir::Graph g = ir::load_mxnet_json_file(path, io);
   const runtime::Bindings f32_vars = runtime::random_bindings(g, 2024);
 
+  for (const bool onednn : {false, true})
   for (const char* target : {"off", "bf16"}) {
-    SCOPED_TRACE(target);
+    SCOPED_TRACE(std::string(target) + (onednn ? " with oneDNN" : " on the interpreter's external kernels"));
     ExecutorOptions eo;
     eo.backward = BackwardOptions{};
+    eo.use_onednn = onednn;
     if (std::string(target) == "bf16") eo.amp = AmpOptions{.target = DType::bf16};
     const Executable exe = Executable::compile(g, eo);
     const CompileStats& st = exe.compile_stats();
@@ -97,7 +106,8 @@ TEST_P(ModelBackward, FusedGradientsEqualTheInterpreter) {
     const std::vector<runtime::Tensor> want = runtime::interpret(exe.graph(), vars);
     const std::vector<runtime::Tensor> got = exe.run(vars);
     ASSERT_EQ(got.size(), st.forward_outputs + st.gradient_of.size());
-    const double tol = std::string(target) == "off" ? m.f32_tol : m.bf16_tol;
+    double tol = std::string(target) == "off" ? m.f32_tol : m.bf16_tol;
+    if (onednn) tol = std::max(tol, m.onednn_tol);
     double worst = 0;
     for (size_t v = 0; v < st.gradient_of.size(); ++v) {
       const size_t o = st.forward_outputs + v;
@@ -106,7 +116,7 @@ TEST_P(ModelBackward, FusedGradientsEqualTheInterpreter) {
       worst = std::max(worst, err);
       EXPECT_LE(err, tol) << "gradient of " << st.gradient_of[v];
     }
-    RecordProperty(std::string(target) + "_worst_gradient_error", std::to_string(worst));
+    RecordProperty(std::string(target) + (onednn ? "_onednn" : "") + "_worst_gradient_error", std::to_string(worst));
   }
 }
 

@@ -63,7 +63,7 @@ InputGrads batch_norm_train_gradient(GradContext& c) {
   const Shape channels = stats.shape;
   if (c.wants(1)) {
     const DType gamma_dtype = c.input_type(1).dtype;
-    grads[1] = fix_gamma ? c.zeros({gamma_dtype, channels})
+    grads[1] = fix_gamma ? c.zeros_like(c.input(1))
                          : c.cast(c.reshape(c.emit("elemwise_mul", {dotp, invstd}), channels), gamma_dtype);
   }
   if (c.wants(2)) grads[2] = c.cast(c.reshape(sum_g, channels), c.input_type(2).dtype);
