@@ -94,10 +94,18 @@ ir::Graph run_graph_steps(ir::Graph g, const LowerOptions& opts, bool until_dce,
   }
   if (until_dce) return g;
 
+  std::optional<size_t> model_outputs;
+  if (opts.training) {
+    if (opts.fold_batchnorm) fail("fold_batchnorm and training exclude each other: training BatchNorm uses batch statistics");
+    model_outputs = g.outputs.size();
+    run_pipeline(g, {{"training-mode", [&](ir::Graph& x) { to_training_mode(x, *opts.training); }}});
+  }
   if (opts.backward) {
     if (opts.fold_batchnorm) fail("fold_batchnorm and backward exclude each other: folding removes the BatchNorm params");
     run_pipeline(g, {{"autodiff", [&](ir::Graph& x) {
-                        BackwardGraph bg = build_backward(std::move(x), *opts.backward);
+                        BackwardOptions bo = *opts.backward;
+                        if (model_outputs && !bo.heads) bo.heads = model_outputs;  // not the moving statistics
+                        BackwardGraph bg = build_backward(std::move(x), bo);
                         x = std::move(bg.graph);
                         stats.forward_outputs = bg.num_forward_outputs;
                         stats.gradient_of = std::move(bg.gradient_of);

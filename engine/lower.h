@@ -7,6 +7,8 @@
 //   layout-optimize    convolution regions moved to NHWC (AmpOptions::layout)
 //   dce              nodes no output depends on never run
 //   ---------------- convert_for_amp stops here: what `ampfuse convert` writes
+//   training-mode    with LowerOptions::training: BatchNorm with batch statistics (moving
+//                      ones appended as outputs), Dropout drops (engine/passes/training_mode.h)
 //   autodiff         with LowerOptions::backward: the gradients appended to the graph
 //                      (engine/passes/autodiff.h), after AMP so that lp16 ops get lp16
 //                      gradients and f32 weights f32 ones, as MXNet's AMP trains
@@ -22,6 +24,7 @@
 
 #include "engine/passes/amp_options.h"
 #include "engine/passes/autodiff.h"
+#include "engine/passes/training_mode.h"
 #include "engine/planning/fusion_plan.h"
 #include "ir/graph.h"
 
@@ -52,6 +55,8 @@ struct LowerOptions {
   // Differentiate: the graph's outputs become its forward outputs and then the gradients.
   // Excludes fold_batchnorm (folding would take the BatchNorm params out of the graph).
   std::optional<BackwardOptions> backward;
+  // MXNet's is_train=True: the graph's training form, before autodiff. Excludes fold_batchnorm.
+  std::optional<TrainingOptions> training;
   // Whether external node n (types inferred) is computed in f32 although it has bf16/f16
   // operands (oneDNN without native kernels for them); null: no node is.
   std::function<bool(const ir::Graph&, int32_t node)> computes_in_f32;

@@ -41,6 +41,7 @@ struct RunOptions {
   int repeat = 5;
   std::string device = "cpu";
   bool backward = false;
+  bool training = false;
   std::vector<std::string> wrt;
   bool grad_inputs = false;
   std::string gradients_dir;
@@ -178,6 +179,11 @@ int run_model(const RunOptions& o) {
     backward = engine::BackwardOptions{o.wrt, o.grad_inputs};
     eo.fold_batchnorm = false;  // folding takes the BatchNorm params out of the graph
   }
+  if (o.training) {
+    if (o.interpreter) fail("--training runs compiled: leave out --interpreter");
+    eo.training = engine::TrainingOptions{o.seed, 0};
+    eo.fold_batchnorm = false;
+  }
   const std::map<std::string, ir::Shape> shapes = parse_shape_args(o.shapes);
   runtime::Bindings given;
   for (const auto& [name, path] : parse_input_args(o.inputs))
@@ -271,6 +277,7 @@ int run_model(const RunOptions& o) {
     eo.fuse = false;
     eo.constant_params = true;  // as above, so that only fusion and AMP differ
     eo.backward = backward;
+    if (o.training) eo.training = engine::TrainingOptions{o.seed, 0};
     const engine::Executable baseline = engine::Executable::compile(g, eo);
     runtime::Bindings base_vars = vars;
     bind_head_grads(baseline.graph(), baseline.compile_stats().head_grads, base_vars);
@@ -346,6 +353,9 @@ Command add_run_command(CLI::App& parent) {
   cmd->add_flag("--backward", o->backward,
                 "Also differentiate: run forward and backward (head gradients of ones, or the loss's own "
                 "gradient for SoftmaxOutput, *RegressionOutput and MakeLoss heads) and report each gradient");
+  cmd->add_flag("--training", o->training,
+                "Training form (MXNet's is_train): BatchNorm with batch statistics, its new moving mean and "
+                "variance appended to the outputs; Dropout drops (Philox masks keyed by --seed)");
   cmd->add_option("--wrt", o->wrt,
                   "With --backward: the variable to differentiate (repeatable); default every float param")
       ->allow_extra_args(false)

@@ -82,6 +82,7 @@ LowerOptions lower_options(const ExecutorOptions& opts, const runtime::DeviceApi
   lo.amp = opts.amp;
   lo.fold_batchnorm = opts.fold_batchnorm;
   lo.backward = opts.backward;
+  lo.training = opts.training;
   lo.planner.fuse = opts.fuse;
   if (opts.use_onednn && opts.compute_in_f32.value_or(device.host_addressable()))
     lo.computes_in_f32 = [](const ir::Graph& g, int32_t n) {

@@ -76,6 +76,8 @@ struct ExecutorOptions {
   // run() then returns the forward outputs followed by one gradient per differentiated
   // variable (CompileStats::gradient_of), and head gradients are inputs to bind.
   std::optional<BackwardOptions> backward{};
+  // Training form (engine/passes/training_mode.h): batch statistics, dropout; see lower.h.
+  std::optional<TrainingOptions> training{};
   // External ops oneDNN computes in f32 (bf16 without AVX-512, f16 everywhere) get explicit
   // casts that fuse into the kernels around them (engine/passes/compute_in_f32.h). Unset:
   // on where the device's memory is the host's; on a GPU the casts would run on the device

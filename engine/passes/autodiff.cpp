@@ -76,7 +76,8 @@ BackwardGraph build_backward(ir::Graph forward, const BackwardOptions& opts) {
   std::map<ValueRef, std::vector<ValueRef>> contributions;
   std::set<int32_t> loss_outputs;
   int counter = 0;
-  const std::vector<ValueRef> heads = g.outputs;
+  const std::vector<ValueRef> heads(g.outputs.begin(),
+                                    g.outputs.begin() + static_cast<std::ptrdiff_t>(std::min(g.outputs.size(), opts.heads.value_or(g.outputs.size()))));
   for (size_t k = 0; k < heads.size(); ++k) {
     const ir::Node& n = g.nodes[heads[k].node];
     if (!reached[heads[k].node]) continue;

@@ -20,6 +20,7 @@
 
 #include "ir/graph.h"
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,9 @@ struct BackwardOptions {
   // default, aux states excluded), plus every float input variable with with_inputs.
   std::vector<std::string> wrt;
   bool with_inputs = false;
+  // Only the first `heads` graph outputs get head gradients; the rest are passed through
+  // (the moving statistics engine/passes/training_mode.h appends). Unset: every output.
+  std::optional<size_t> heads;
 };
 
 struct BackwardGraph {
