@@ -39,7 +39,7 @@ ir::Graph unary_graph(const std::string& op, const ir::Shape& s, std::map<std::s
 TEST(Autodiff, UnaryRecipesMatchFiniteDifferences) {
   struct Case {
     std::string op;
-    std::map<std::string, std::string> attrs;
+    std::map<std::string, std::string> attrs{};
     double lo = 0.2, hi = 0.9;
   };
   const std::vector<Case> cases = {

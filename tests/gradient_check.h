@@ -26,8 +26,8 @@
 namespace ampfuse::testing {
 
 struct GradCheckOptions {
-  std::vector<std::string> wrt;  // empty: every float param and input variable
-  runtime::Bindings given;       // values for some variables; the rest are random
+  std::vector<std::string> wrt{};  // empty: every float param and input variable
+  runtime::Bindings given{};       // values for some variables; the rest are random
   double eps = 1e-6;
   double rtol = 1e-5, atol = 1e-7;
   int max_elements = 40;  // per variable

@@ -386,7 +386,9 @@ TEST(LossGradients, RegressionOutputsScaleByOutputsPerSample) {
                                                         : h.forward[i] - label[i];
       want[i] = diff * static_cast<double>(c.scale);
     }
-    if (c.op == "MAERegressionOutput") EXPECT_EQ(h.grad[0], -static_cast<double>(c.scale));
+    if (c.op == "MAERegressionOutput") {
+      EXPECT_EQ(h.grad[0], -static_cast<double>(c.scale));
+    }
     expect_values(h.grad, want);
   }
 }

@@ -91,7 +91,10 @@ TEST_P(ModelBackward, FusedGradientsEqualTheInterpreter) {
     ExecutorOptions eo;
     eo.backward = BackwardOptions{};
     eo.use_onednn = onednn;
-    if (std::string(target) == "bf16") eo.amp = AmpOptions{.target = DType::bf16};
+    if (std::string(target) == "bf16") {
+      eo.amp.emplace();
+      eo.amp->target = DType::bf16;
+    }
     const Executable exe = Executable::compile(g, eo);
     const CompileStats& st = exe.compile_stats();
     EXPECT_TRUE(st.fallbacks.empty()) << st.fallbacks[0];

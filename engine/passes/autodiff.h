@@ -29,11 +29,11 @@ namespace ampfuse::engine {
 struct BackwardOptions {
   // The variables to differentiate, by name. Empty: every float param variable (MXNet's
   // default, aux states excluded), plus every float input variable with with_inputs.
-  std::vector<std::string> wrt;
-  bool with_inputs = false;
+  std::vector<std::string> wrt{};
+  bool with_inputs{false};
   // Only the first `heads` graph outputs get head gradients; the rest are passed through
   // (the moving statistics engine/passes/training_mode.h appends). Unset: every output.
-  std::optional<size_t> heads;
+  std::optional<size_t> heads{};
 };
 
 struct BackwardGraph {
