@@ -34,9 +34,6 @@ struct GradCheckOptions {
   uint64_t seed = 7;
 };
 
-// Variables hold f64 values for perturbation; the graph's own dtype is kept.
-inline double element_at(const runtime::Tensor& t, int64_t i) { return runtime::to_f64_vector(t).at(static_cast<size_t>(i)); }
-
 inline runtime::Tensor perturbed(const runtime::Tensor& t, int64_t i, double delta) {
   runtime::Tensor c = t.clone();
   switch (c.dtype()) {

@@ -13,6 +13,8 @@
 #include "ir/mxnet_json.h"
 #include "runtime/interpreter.h"
 
+#include "tests/model_files.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -21,6 +23,9 @@
 
 namespace ampfuse::engine {
 namespace {
+
+using ampfuse::testing::models_dir;
+using ampfuse::testing::relative_error;
 
 using ir::DType;
 
@@ -44,23 +49,6 @@ const BackwardCase kModels[] = {
 
 void PrintTo(const BackwardCase& m, std::ostream* os) { *os << m.file; }
 
-std::string models_dir() {
-  if (const char* env = std::getenv("AMPFUSE_MODELS_DIR")) return env;
-  return AMPFUSE_MODELS_DIR;
-}
-
-// Largest |difference| relative to the largest finite |want|.
-double relative_error(const runtime::Tensor& got, const runtime::Tensor& want) {
-  const std::vector<double> a = runtime::to_f64_vector(got), b = runtime::to_f64_vector(want);
-  double largest = 0, worst = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (std::isfinite(b[i])) largest = std::max(largest, std::fabs(b[i]));
-    const double d = std::fabs(a[i] - b[i]);
-    worst = std::isnan(d) ? INFINITY : std::max(worst, d);
-  }
-  return worst / std::max(largest, 1e-30);
-}
-
 runtime::Bindings with_head_grads(const ir::Graph& g, const std::vector<std::string>& heads, runtime::Bindings vars) {
   for (const std::string& name : heads) {
     const ir::TensorType t = g.nodes.at(*g.find_var(name)).outputs.at(0);
@@ -71,7 +59,7 @@ runtime::Bindings with_head_grads(const ir::Graph& g, const std::vector<std::str
   return vars;
 }
 
-class ModelBackward : public testing::TestWithParam<BackwardCase> {};
+class ModelBackward : public ::testing::TestWithParam<BackwardCase> {};
 
 TEST_P(ModelBackward, FusedGradientsEqualTheInterpreter) {
   const BackwardCase& m = GetParam();
@@ -123,14 +111,14 @@ TEST_P(ModelBackward, FusedGradientsEqualTheInterpreter) {
   }
 }
 
-std::string case_name(const testing::TestParamInfo<BackwardCase>& info) {
+std::string case_name(const ::testing::TestParamInfo<BackwardCase>& info) {
   std::string s = info.param.file;
   s = s.substr(0, s.find("-"));
   std::replace_if(s.begin(), s.end(), [](char c) { return !std::isalnum(static_cast<unsigned char>(c)); }, '_');
   return s;
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, ModelBackward, testing::ValuesIn(kModels), case_name);
+INSTANTIATE_TEST_SUITE_P(Models, ModelBackward, ::testing::ValuesIn(kModels), case_name);
 
 }  // namespace
 }  // namespace ampfuse::engine

@@ -5,6 +5,8 @@
 #include "engine/execution/executor.h"
 #include "ir/mxnet_json.h"
 
+#include "tests/model_files.h"
+
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -15,6 +17,9 @@
 
 namespace ampfuse::engine {
 namespace {
+
+using ampfuse::testing::models_dir;
+using ampfuse::testing::relative_error;
 
 using ir::DType;
 
@@ -50,23 +55,7 @@ const ModelCase kModels[] = {
 
 void PrintTo(const ModelCase& m, std::ostream* os) { *os << m.file; }
 
-std::string models_dir() {
-  if (const char* env = std::getenv("AMPFUSE_MODELS_DIR")) return env;
-  return AMPFUSE_MODELS_DIR;
-}
-
-double relative_error(const runtime::Tensor& got, const runtime::Tensor& want) {
-  const std::vector<double> a = runtime::to_f64_vector(got), b = runtime::to_f64_vector(want);
-  double largest = 0, worst = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    largest = std::max(largest, std::fabs(b[i]));
-    const double d = std::fabs(a[i] - b[i]);
-    worst = std::isnan(d) ? INFINITY : std::max(worst, d);
-  }
-  return worst / std::max(largest, 1e-30);
-}
-
-class ModelRun : public testing::TestWithParam<ModelCase> {};
+class ModelRun : public ::testing::TestWithParam<ModelCase> {};
 
 TEST_P(ModelRun, FusedAmpRunsAgreeWithTheF32Interpreter) {
   const ModelCase& m = GetParam();
@@ -120,14 +109,14 @@ TEST_P(ModelRun, FusedAmpRunsAgreeWithTheF32Interpreter) {
   }
 }
 
-std::string case_name(const testing::TestParamInfo<ModelCase>& info) {
+std::string case_name(const ::testing::TestParamInfo<ModelCase>& info) {
   std::string s = info.param.file;
   s = s.substr(0, s.find("-"));
   std::replace_if(s.begin(), s.end(), [](char c) { return !std::isalnum(static_cast<unsigned char>(c)); }, '_');
   return s;
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, ModelRun, testing::ValuesIn(kModels), case_name);
+INSTANTIATE_TEST_SUITE_P(Models, ModelRun, ::testing::ValuesIn(kModels), case_name);
 
 }  // namespace
 }  // namespace ampfuse::engine
