@@ -17,6 +17,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <set>
 
 namespace ampfuse::engine {
 
@@ -57,7 +58,10 @@ void count_precisions(const ir::Graph& g, ir::DType target, AmpStats& s) {
 // The graph steps: `until_dce` stops after dce (convert_for_amp). The AMP steps run as one
 // pipeline and the inference rewrites as another, so that AMP's counts are of the converted
 // graph alone.
-ir::Graph run_graph_steps(ir::Graph g, const LowerOptions& opts, bool until_dce, LowerStats& stats) {
+// With LowerOptions::backward, `forward_nodes` receives the names of the nodes autodiff
+// differentiated (the forward graph's).
+ir::Graph run_graph_steps(ir::Graph g, const LowerOptions& opts, bool until_dce, LowerStats& stats,
+                          std::set<std::string>* forward_nodes = nullptr) {
   std::optional<AmpPolicy> policy;
   if (opts.amp) policy.emplace(*opts.amp);  // bad options fail before any step runs
   AmpStats amp;
@@ -105,6 +109,8 @@ ir::Graph run_graph_steps(ir::Graph g, const LowerOptions& opts, bool until_dce,
     run_pipeline(g, {{"autodiff", [&](ir::Graph& x) {
                         BackwardOptions bo = *opts.backward;
                         if (model_outputs && !bo.heads) bo.heads = model_outputs;  // not the moving statistics
+                        if (forward_nodes)
+                          for (const ir::Node& n : x.nodes) forward_nodes->insert(n.name);
                         BackwardGraph bg = build_backward(std::move(x), bo);
                         x = std::move(bg.graph);
                         stats.forward_outputs = bg.num_forward_outputs;
@@ -122,12 +128,50 @@ ir::Graph run_graph_steps(ir::Graph g, const LowerOptions& opts, bool until_dce,
   return g;
 }
 
+// Which nodes compute the backward pass: those autodiff added (not in `forward_nodes`) that
+// read a backward value or a head gradient. Nodes later steps added (casts of
+// compute-in-f32) are forward when all they read is.
+std::vector<bool> backward_nodes(const ir::Graph& g, const std::set<std::string>& forward_nodes) {
+  std::vector<bool> backward(g.nodes.size(), false);
+  for (size_t n = 0; n < g.nodes.size(); ++n) {
+    const ir::Node& node = g.nodes[n];
+    if (forward_nodes.count(node.name)) continue;
+    backward[n] = node.is_var() || std::any_of(node.inputs.begin(), node.inputs.end(),
+                                               [&](ir::ValueRef in) { return backward[in.node]; });
+  }
+  return backward;
+}
+
+// The forward values (variables aside) that steps with backward nodes load.
+void count_saved_for_backward(const ir::Graph& g, const Plan& plan, const std::set<std::string>& forward_nodes,
+                              LowerStats& stats) {
+  const std::vector<bool> backward = backward_nodes(g, forward_nodes);
+  std::set<ir::ValueRef> saved;
+  for (const PlanStep& step : plan.steps) {
+    std::vector<int32_t> nodes;
+    if (std::holds_alternative<ViewStep>(step)) continue;  // an alias: its readers load
+    if (const auto* k = std::get_if<FusedKernel>(&step)) nodes = k->nodes;
+    else nodes = {step_node(step)};
+    if (std::none_of(nodes.begin(), nodes.end(), [&](int32_t n) { return backward[n]; })) continue;
+    for (ir::ValueRef v : step_reads(g, step))
+      if (!g.nodes[v.node].is_var() && !backward[v.node]) saved.insert(v);
+  }
+  stats.saved_values = static_cast<int>(saved.size());
+  for (ir::ValueRef v : saved)
+    stats.saved_bytes += ir::num_elements(g.type(v).shape) * static_cast<int64_t>(ir::dtype_size(g.type(v).dtype));
+}
+
 }  // namespace
 
 Lowered lower(ir::Graph g, const LowerOptions& opts) {
   Lowered out;
-  out.graph = run_graph_steps(std::move(g), opts, false, out.stats);
+  std::set<std::string> forward_nodes;
+  out.graph = run_graph_steps(std::move(g), opts, false, out.stats, &forward_nodes);
   out.plan = with_context("plan-fusion", [&] { return plan_fusion(out.graph, opts.planner); });
+  if (opts.planner.recompute)
+    out.stats.recomputed =
+        with_context("recompute", [&] { return recompute_in_readers(out.graph, out.plan, opts.planner); });
+  if (opts.backward) count_saved_for_backward(out.graph, out.plan, forward_nodes, out.stats);
   if (dump_enabled("plan")) fmt::print(stderr, "// ----- plan -----\n{}", print_plan(out.graph, out.plan));
   return out;
 }

@@ -15,6 +15,8 @@
 //   fold-batchnorm   with fold_batchnorm: BatchNorm after Convolution into its weights
 //   compute-in-f32   casts around external ops computed in f32, so that they fuse
 //   plan-fusion      fused kernels, external ops and views
+//   recompute        with PlannerOptions::recompute: cheap values computed again in the
+//                      kernels that read them instead of stored (engine/planning/recompute.h)
 //
 // Graph steps run through run_pipeline (engine/passes/pipeline.h): verified after each, the
 // graph dumped after each with AMPFUSE_DUMP=ir; the plan is dumped with AMPFUSE_DUMP=plan.
@@ -26,6 +28,7 @@
 #include "engine/passes/autodiff.h"
 #include "engine/passes/training_mode.h"
 #include "engine/planning/fusion_plan.h"
+#include "engine/planning/recompute.h"
 #include "ir/graph.h"
 
 #include <functional>
@@ -70,6 +73,12 @@ struct LowerStats {
   // With LowerOptions::backward: what the graph's outputs are (BackwardGraph's fields).
   size_t forward_outputs = 0;
   std::vector<std::string> gradient_of, head_grads;
+  // With LowerOptions::backward: the forward values that backward steps load (stored by
+  // the forward pass for them; variables aside), and, with PlannerOptions::recompute, the
+  // values the backward kernels computed again instead (recompute.h).
+  int saved_values = 0;
+  int64_t saved_bytes = 0;
+  RecomputeStats recomputed;
 };
 
 struct Lowered {

@@ -45,6 +45,7 @@ struct RunOptions {
   std::vector<std::string> wrt;
   bool grad_inputs = false;
   std::string gradients_dir;
+  bool no_recompute = false;
 };
 
 constexpr const char* kDefaultModelName = "<default>";
@@ -167,8 +168,8 @@ void bind_head_grads(const ir::Graph& g, const std::vector<std::string>& heads, 
 
 int run_model(const RunOptions& o) {
   if (o.repeat < 1) fail("--repeat {}: must be at least 1", o.repeat);
-  if (!o.backward && (!o.wrt.empty() || o.grad_inputs || !o.gradients_dir.empty()))
-    fail("--wrt, --grad-inputs and --save-gradients need --backward");
+  if (!o.backward && (!o.wrt.empty() || o.grad_inputs || !o.gradients_dir.empty() || o.no_recompute))
+    fail("--wrt, --grad-inputs, --save-gradients and --no-recompute need --backward");
   const std::unique_ptr<runtime::DeviceApi> device = open_device(o.device);
   if (device && o.interpreter) fail("--interpreter runs on the CPU: leave out --device {}", o.device);
   if (o.interpreter && o.plan.no_fuse) fail("--interpreter and --no-fuse: choose one");
@@ -178,6 +179,7 @@ int run_model(const RunOptions& o) {
   if (o.backward) {
     backward = engine::BackwardOptions{o.wrt, o.grad_inputs};
     eo.fold_batchnorm = false;  // folding takes the BatchNorm params out of the graph
+    eo.recompute = !o.no_recompute;
   }
   if (o.training) {
     if (o.interpreter) fail("--training runs compiled: leave out --interpreter");
@@ -260,6 +262,11 @@ int run_model(const RunOptions& o) {
       gradient_of = exe.compile_stats().gradient_of;
       r.backward->head_grads = exe.compile_stats().head_grads;
       bind_head_grads(run_graph, r.backward->head_grads, run_vars);
+      const engine::CompileStats& cs = exe.compile_stats();
+      r.backward->saved_values = cs.saved_values;
+      r.backward->saved_bytes = cs.saved_bytes;
+      r.backward->recomputed_values = cs.recomputed.values;
+      r.backward->recompute_bytes_not_moved = cs.recomputed.bytes_not_moved;
     }
     engine::RunStats rs;
     t0 = std::chrono::steady_clock::now();
@@ -361,6 +368,9 @@ Command add_run_command(CLI::App& parent) {
       ->allow_extra_args(false)
       ->type_name("NAME");
   cmd->add_flag("--grad-inputs", o->grad_inputs, "With --backward and no --wrt: the float inputs' gradients too");
+  cmd->add_flag("--no-recompute", o->no_recompute,
+                "With --backward: store every forward value the backward kernels read, instead of recomputing "
+                "cheap ones in them when that moves fewer bytes");
   cmd->add_option("--save-gradients", o->gradients_dir,
                   "With --backward: write each gradient to DIR/<variable name>.npy (bf16 as float32)")
       ->type_name("DIR");

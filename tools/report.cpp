@@ -234,7 +234,14 @@ nlohmann::json to_json(const RunReport& r) {
                      {"forward_ms", optional_number(b.forward_ms)},
                      {"forward_kernels", b.forward_kernels ? nlohmann::json(*b.forward_kernels) : nlohmann::json(nullptr)},
                      {"forward_external_ops",
-                      b.forward_external_ops ? nlohmann::json(*b.forward_external_ops) : nlohmann::json(nullptr)}};
+                      b.forward_external_ops ? nlohmann::json(*b.forward_external_ops) : nlohmann::json(nullptr)},
+                     {"saved_values", b.saved_values ? nlohmann::json(*b.saved_values) : nlohmann::json(nullptr)},
+                     {"saved_bytes", b.saved_bytes ? nlohmann::json(*b.saved_bytes) : nlohmann::json(nullptr)},
+                     {"recomputed_values",
+                      b.recomputed_values ? nlohmann::json(*b.recomputed_values) : nlohmann::json(nullptr)},
+                     {"recompute_bytes_not_moved", b.recompute_bytes_not_moved
+                                                       ? nlohmann::json(*b.recompute_bytes_not_moved)
+                                                       : nlohmann::json(nullptr)}};
   } else {
     j["backward"] = nullptr;
   }
@@ -313,6 +320,11 @@ std::string to_text(const RunReport& r) {
                            r.plan->external_ops - *b.forward_external_ops);
       out += "\n";
     }
+    if (b.saved_values)
+      out += fmt::format("saved:   {} forward values ({:.2f} MB) stored for the backward pass; {} recomputed in "
+                         "backward kernels instead ({:.2f} MB fewer moved per step)\n",
+                         *b.saved_values, *b.saved_bytes / 1e6, *b.recomputed_values,
+                         *b.recompute_bytes_not_moved / 1e6);
     out += fmt::format("gradients ({} variables; head gradients of ones: {}):\n", b.gradients.size(),
                        b.head_grads.empty() ? std::string("none, the loss gives its own") : fmt::format("{}", fmt::join(b.head_grads, ", ")));
     size_t gw = 0;

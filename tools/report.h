@@ -124,6 +124,10 @@ struct RunReport {
     std::vector<std::string> head_grads;
     std::optional<double> forward_ms;   // median, forward plan alone (not for --interpreter)
     std::optional<int> forward_kernels, forward_external_ops;
+    // Compiled runs: forward values the backward steps load, and values the backward
+    // kernels recompute instead (engine/planning/recompute.h).
+    std::optional<int> saved_values, recomputed_values;
+    std::optional<int64_t> saved_bytes, recompute_bytes_not_moved;
   };
   std::optional<Backward> backward;
 };

@@ -84,6 +84,7 @@ LowerOptions lower_options(const ExecutorOptions& opts, const runtime::DeviceApi
   lo.backward = opts.backward;
   lo.training = opts.training;
   lo.planner.fuse = opts.fuse;
+  lo.planner.recompute = opts.backward && opts.recompute;
   if (opts.use_onednn && opts.compute_in_f32.value_or(device.host_addressable()))
     lo.computes_in_f32 = [](const ir::Graph& g, int32_t n) {
       std::vector<ir::TensorType> types;
@@ -220,6 +221,9 @@ Executable Executable::compile(ir::Graph g, const ExecutorOptions& opts) {
   st.forward_outputs = lowered.stats.forward_outputs;
   st.gradient_of = std::move(lowered.stats.gradient_of);
   st.head_grads = std::move(lowered.stats.head_grads);
+  st.saved_values = lowered.stats.saved_values;
+  st.saved_bytes = lowered.stats.saved_bytes;
+  st.recomputed = lowered.stats.recomputed;
   const ir::Graph& graph = im.graph;
   const size_t steps = im.plan.steps.size();
 

@@ -76,6 +76,9 @@ struct ExecutorOptions {
   // run() then returns the forward outputs followed by one gradient per differentiated
   // variable (CompileStats::gradient_of), and head gradients are inputs to bind.
   std::optional<BackwardOptions> backward{};
+  // With backward: cheap forward values the backward kernels read are computed again there
+  // instead of stored, when that moves fewer bytes (engine/planning/recompute.h).
+  bool recompute = true;
   // Training form (engine/passes/training_mode.h): batch statistics, dropout; see lower.h.
   std::optional<TrainingOptions> training{};
   // External ops oneDNN computes in f32 (bf16 without AVX-512, f16 everywhere) get explicit
@@ -116,6 +119,11 @@ struct CompileStats {
   // these variables; head_grads are the head-gradient inputs (autodiff.h).
   size_t forward_outputs = 0;
   std::vector<std::string> gradient_of, head_grads;
+  // With backward: forward values the backward steps load, and values recomputed instead
+  // (LowerStats' fields).
+  int saved_values = 0;
+  int64_t saved_bytes = 0;
+  RecomputeStats recomputed;
   int fused_nodes = 0;           // graph nodes computed inside fused kernels
   int compilations = 0;          // kernels this compile compiled (the rest were cache hits)
   int cache_hits = 0;

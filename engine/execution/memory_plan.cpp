@@ -120,7 +120,9 @@ class MemoryPlanner {
     for (size_t s = 0; s < plan_.steps.size(); ++s) {
       const PlanStep& step = plan_.steps[s];
       if (const auto* k = std::get_if<FusedKernel>(&step)) {
-        for (int32_t n : k->nodes) step_of_node_[n] = static_cast<int32_t>(s);
+        // A node that several kernels compute (recompute.h) belongs to the first.
+        for (int32_t n : k->nodes)
+          if (step_of_node_[n] < 0) step_of_node_[n] = static_cast<int32_t>(s);
       } else {
         step_of_node_[step_node(step)] = static_cast<int32_t>(s);
       }

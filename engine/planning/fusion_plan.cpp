@@ -32,8 +32,6 @@ AccessMap compose_maps(const AccessMap& inner, const AccessMap& outer) {
   return r;
 }
 
-namespace {
-
 bool is_permutation(const AccessMap& a, size_t out_rank) {
   if (a.iter_dim.size() != out_rank) return false;
   std::vector<bool> seen(out_rank, false);
@@ -44,8 +42,6 @@ bool is_permutation(const AccessMap& a, size_t out_rank) {
   }
   return true;
 }
-
-}  // namespace
 
 ir::Shape operand_shape(const Graph& g, int32_t n, size_t i) {
   const Node& node = g.nodes[n];
@@ -133,6 +129,21 @@ KernelWork kernel_work(const Graph& g, const FusedKernel& k) {
   for (const KernelOperand& op : k.inputs) loads.push_back(op.value);
   w.inputs = static_cast<int>(sorted_unique(std::move(loads)).size());
   return w;
+}
+
+std::vector<KernelOperand> kernel_loads(const Graph& g, const std::vector<int32_t>& nodes,
+                                        const std::vector<AccessMap>& node_maps) {
+  std::vector<KernelOperand> loads;
+  for (size_t idx = 0; idx < nodes.size(); ++idx) {
+    const int32_t n = nodes[idx];
+    const Node& node = g.nodes[n];
+    for (size_t i = 0; i < node.inputs.size(); ++i) {
+      if (std::find(nodes.begin(), nodes.end(), node.inputs[i].node) != nodes.end()) continue;
+      KernelOperand op{node.inputs[i], operand_shape(g, n, i), compose_maps(input_access(g, n, i), node_maps[idx])};
+      if (std::find(loads.begin(), loads.end(), op) == loads.end()) loads.push_back(op);
+    }
+  }
+  return loads;
 }
 
 namespace {
@@ -396,16 +407,7 @@ class Planner {
     // Graph order inside the kernel: the lowering evaluates nodes in this order.
     std::sort(k.nodes.begin(), k.nodes.end());
     for (int32_t n : k.nodes) k.node_maps.push_back(node_map_[n]);
-    const int32_t self = step_of_[k.nodes[0]];
-    for (size_t idx = 0; idx < k.nodes.size(); ++idx) {
-      const int32_t n = k.nodes[idx];
-      const Node& node = g_.nodes[n];
-      for (size_t i = 0; i < node.inputs.size(); ++i) {
-        if (producer_step(node.inputs[i]) == self) continue;
-        KernelOperand op{node.inputs[i], operand_shape(g_, n, i), compose_maps(input_access(g_, n, i), k.node_maps[idx])};
-        if (std::find(k.inputs.begin(), k.inputs.end(), op) == k.inputs.end()) k.inputs.push_back(op);
-      }
-    }
+    k.inputs = kernel_loads(g_, k.nodes, k.node_maps);
     for (size_t idx = 0; idx < k.nodes.size(); ++idx) {
       const int32_t n = k.nodes[idx];
       for (size_t o = 0; o < g_.nodes[n].outputs.size(); ++o)
@@ -533,8 +535,11 @@ std::string print_plan(const Graph& g, const Plan& p) {
       for (int32_t n : k->nodes) nodes.push_back(fmt::format("%{}={}", g.nodes[n].name, g.nodes[n].op));
       for (const auto& op : k->inputs) ins.push_back(value_name(g, op.value) + (op.map.is_identity() ? "" : "(mapped)"));
       for (const auto& op : k->outputs) outs.push_back(value_name(g, op.value) + (op.map.is_identity() ? "" : "(permuted)"));
-      out += fmt::format("kernel {} {} nodes: {}  in: {}  out: {}  bytes: {}\n", kernel++, ir::shape_str(k->iteration),
-                         fmt::join(nodes, " "), fmt::join(ins, " "), fmt::join(outs, " "), kernel_bytes(g, *k));
+      std::vector<std::string> recomputed;
+      for (int32_t n : k->recomputed) recomputed.push_back("%" + g.nodes[n].name);
+      out += fmt::format("kernel {} {} nodes: {}  in: {}  out: {}  bytes: {}{}{}\n", kernel++, ir::shape_str(k->iteration),
+                         fmt::join(nodes, " "), fmt::join(ins, " "), fmt::join(outs, " "), kernel_bytes(g, *k),
+                         recomputed.empty() ? "" : "  recomputed: ", fmt::join(recomputed, " "));
     } else if (const auto* e = std::get_if<ExternalStep>(&step)) {
       out += fmt::format("external %{}={}\n", g.nodes[e->node].name, g.nodes[e->node].op);
     } else {

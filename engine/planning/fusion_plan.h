@@ -49,6 +49,9 @@ struct FusedKernel {
   std::vector<AccessMap> node_maps;
   std::vector<KernelOperand> inputs;   // distinct (value, map) loads from outside
   std::vector<KernelOperand> outputs;  // values other steps or the graph read
+  // Nodes of `nodes` that an earlier kernel computes too: this kernel computes them again
+  // from that kernel's inputs instead of loading their values (engine/planning/recompute.h).
+  std::vector<int32_t> recomputed{};
 };
 
 struct ExternalStep {
@@ -92,11 +95,19 @@ ir::Shape operand_shape(const ir::Graph& g, int32_t n, size_t i);
 // index -> node output index): iteration index -> input index.
 AccessMap compose_maps(const AccessMap& inner, const AccessMap& outer);
 
+// Whether `a` reads every element of a rank-`out_rank` tensor exactly once, from a
+// permutation of the iteration index (no broadcast, offset or stride).
+bool is_permutation(const AccessMap& a, size_t out_rank);
+
 // "%name" for output 0 of a node, "%name:k" for output k: how dumps name values.
 std::string value_name(const ir::Graph& g, ir::ValueRef v);
 
 struct PlannerOptions {
   bool fuse = true;  // false: every fusable node becomes a kernel of its own (the unfused path)
+  // After planning, cheap values only later fused kernels read are computed again there
+  // instead of being stored (engine/planning/recompute.h). lower() runs it; plan_fusion
+  // does not.
+  bool recompute = false;
 
   // Kernel size caps. LLVM's time grows with a kernel's body, and faster than linearly: one
   // kernel of 16 tanh took 0.6 s to compile, of 64 tanh 4.2 s, of 400 more than two
@@ -152,11 +163,17 @@ std::vector<ir::ValueRef> step_writes(const ir::Graph& g, const PlanStep& step);
 // after it. Graph outputs and variables never appear (they outlive the run).
 std::vector<std::vector<ir::ValueRef>> values_dead_after(const ir::Graph& g, const Plan& p);
 
+// The distinct (value, map) loads of a kernel computing `nodes` under `node_maps`: every
+// input of a node that no node of the list computes, in node and input order.
+std::vector<KernelOperand> kernel_loads(const ir::Graph& g, const std::vector<int32_t>& nodes,
+                                        const std::vector<AccessMap>& node_maps);
+
 // Bytes a kernel reads and writes (each distinct operand once).
 int64_t kernel_bytes(const ir::Graph& g, const FusedKernel& k);
 
 // The plan in text, for AMPFUSE_DUMP=plan and tests:
 //   kernel 0 [2,3] nodes: %a=amp_cast %b=relu  in: %x  out: %b  bytes: 36
+//   kernel 1 [2,3] nodes: %a=amp_cast %d=mul  in: %x %dy  out: %d  bytes: 48  recomputed: %a
 //   external %conv=Convolution
 //   view %r=Reshape
 std::string print_plan(const ir::Graph& g, const Plan& p);
