@@ -79,8 +79,8 @@ void onednn_run(const ir::Node& node, std::span<const Tensor> inputs, std::span<
 // reorders: "jit:avx2 (via nChw8c)".
 std::string onednn_impl_name(const ir::Node& node, std::span<const TensorType> inputs);
 
-// Whether `impl` (onednn_impl_name) is one of oneDNN's unvectorized loops: "ref:..." and
-// "simple...", such as "simple_nchw:any" pooling. Run reports flag those on hot paths.
+// Whether `impl` (onednn_impl_name) is one of oneDNN's unvectorized loops: "ref:...",
+// "bnorm_ref:..." and "simple...", such as "simple_nchw:any" pooling. Run reports flag those on hot paths.
 bool onednn_impl_is_slow(std::string_view impl);
 
 // How many primitives were created (cache misses) in this process.
