@@ -17,6 +17,7 @@
 #include <span>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 namespace ampfuse::runtime::onednn_detail {
 
@@ -71,6 +72,15 @@ memory wrap(const memory::desc& d, const void* p);
 void execute(const dnnl::primitive& prim, const std::unordered_map<int, memory>& args);
 
 void require_inputs(const Node& n, Types in, size_t lo, size_t hi);
+
+// A channel-blocked layout and its name ("nChw16c"). oneDNN 2.6 often has only a plain loop
+// for channels-first data and JIT kernels for these; per-channel ops (pooling, batch
+// normalization) give the same values in them, between two exact reorders.
+struct ChannelBlocking {
+  memory::desc layout;
+  std::string name;
+};
+std::vector<ChannelBlocking> channel_blockings(const memory::desc& plain);
 
 struct PoolWindow {
   dnnl::algorithm algorithm = dnnl::algorithm::pooling_max;

@@ -119,6 +119,22 @@ PoolWindow pool_window(const ir::nn::PoolGeometry& geo) {
   return w;
 }
 
+// The channel-blocked layouts oneDNN's JIT kernels use (channels in groups of 16 or 8,
+// innermost: nChw16c, nChw8c and their 1-D and 3-D forms) for a tensor's dims, widest first;
+// none unless it has 1 to 3 spatial dims.
+std::vector<ChannelBlocking> channel_blockings(const memory::desc& plain) {
+  using tag = memory::format_tag;
+  const size_t spatial = plain.dims().size() - 2;
+  if (plain.dims().size() < 3 || spatial > 3) return {};
+  const std::pair<int, std::array<tag, 3>> blockings[] = {{16, {tag::aBc16b, tag::aBcd16b, tag::aBcde16b}},
+                                                          {8, {tag::aBc8b, tag::aBcd8b, tag::aBcde8b}}};
+  const char* dims_name = spatial == 3 ? "dhw" : spatial == 2 ? "hw" : "w";
+  std::vector<ChannelBlocking> r;
+  for (const auto& [block, tags] : blockings)
+    r.push_back({memory::desc(plain.dims(), plain.data_type(), tags[spatial - 1]), fmt::format("nC{}{}c", dims_name, block)});
+  return r;
+}
+
 void require_inputs(const Node& n, Types in, size_t lo, size_t hi) {
   if (in.size() < lo || in.size() > hi) refuse("{} takes {} to {} inputs, got {}", n.op, lo, hi, in.size());
 }
@@ -362,14 +378,10 @@ Prepared prepare_batch_dot(const Node& n, Types in, Types out) {
 // gets a JIT kernel either. `pool_desc(src, dst)` describes the pooling for given layouts.
 template <class PoolDesc>
 std::optional<Prepared> pool_channel_blocked(const PoolDesc& pool_desc, const memory::desc& src, const memory::desc& dst) {
-  using tag = memory::format_tag;
-  const int spatial = static_cast<int>(src.dims().size()) - 2;
-  if (spatial < 1 || spatial > 3) return std::nullopt;
-  const std::pair<int, std::array<tag, 3>> blockings[] = {{16, {tag::aBc16b, tag::aBcd16b, tag::aBcde16b}},
-                                                          {8, {tag::aBc8b, tag::aBcd8b, tag::aBcde8b}}};
-  for (const auto& [block, tags] : blockings) {
-    const memory::desc bsrc(src.dims(), src.data_type(), tags[spatial - 1]);
-    const memory::desc bdst(dst.dims(), dst.data_type(), tags[spatial - 1]);
+  const std::vector<ChannelBlocking> src_blockings = channel_blockings(src), dst_blockings = channel_blockings(dst);
+  for (size_t b = 0; b < src_blockings.size(); ++b) {
+    const memory::desc& bsrc = src_blockings[b].layout;
+    const memory::desc& bdst = dst_blockings[b].layout;
     dnnl::pooling_forward::primitive_desc pd;
     try {
       pd = dnnl::pooling_forward::primitive_desc(pool_desc(bsrc, bdst), cpu_engine());
@@ -380,7 +392,7 @@ std::optional<Prepared> pool_channel_blocked(const PoolDesc& pool_desc, const me
     const dnnl::pooling_forward prim(pd);
     const dnnl::reorder to_blocks(dnnl::reorder::primitive_desc(cpu_engine(), src, cpu_engine(), bsrc));
     const dnnl::reorder from_blocks(dnnl::reorder::primitive_desc(cpu_engine(), bdst, cpu_engine(), dst));
-    const std::string impl = fmt::format("{} (via nC{}{}c)", pd.impl_info_str(), spatial == 3 ? "dhw" : spatial == 2 ? "hw" : "w", block);
+    const std::string impl = fmt::format("{} (via {})", pd.impl_info_str(), src_blockings[b].name);
     return Prepared{impl, [=](InPtrs ins, OutPtrs outs, WeightSlot) {
                       // Per call: a Prepared is shared by every thread that runs the node.
                       // (A thread-local scratch measured no faster: 0.55 ms either way for

@@ -13,12 +13,33 @@
 #include <optional>
 #include <string_view>
 #include <cmath>
+#include <cstddef>
+#include <memory>
 #include <type_traits>
 #include <vector>
 
 namespace ampfuse::runtime::onednn_detail {
 
 namespace {
+
+// Per-thread buffers for the copies in oneDNN's layouts that a step makes (blocked data, max
+// pooling's workspace), kept between runs: a fresh multi-megabyte allocation per run is a
+// fresh mapping, a page fault per 4 KiB (a [32,16,32,32] f32 BatchNorm took 3.7 ms so, 0.8
+// ms with these). Separate from the bf16-as-f32 buffers, which hold this step's operands.
+memory thread_buffer(size_t slot, const memory::desc& desc) {
+  struct Buffer {
+    std::unique_ptr<std::byte[]> data;
+    size_t capacity = 0;
+  };
+  thread_local std::vector<Buffer> buffers;
+  if (buffers.size() <= slot) buffers.resize(slot + 1);
+  Buffer& b = buffers[slot];
+  if (b.capacity < desc.get_size()) {
+    b.data = std::make_unique_for_overwrite<std::byte[]>(desc.get_size());
+    b.capacity = desc.get_size();
+  }
+  return wrap(desc, b.data.get());
+}
 
 // ---- sum and mean -------------------------------------------------------------------------
 //
@@ -159,29 +180,36 @@ Prepared vectorized_reduction(DType in_type, DType out_type, const ir::ReducePla
   return Prepared{mean ? "ampfuse:vectorized_mean" : "ampfuse:vectorized_sum", std::move(run)};
 }
 
+// oneDNN's reduction where it has a JIT kernel for it, else nullopt.
+std::optional<Prepared> jit_reduction(const TensorType& x, const TensorType& y, const ir::ReducePlan& plan, bool mean) {
+  // oneDNN rejects a reduction that reduces nothing (every reduced dim of extent 1).
+  if (plan.kept == x.shape) return std::nullopt;
+  const memory::desc src = dense_desc(x.shape, x.dtype), dst = dense_desc(plan.kept, y.dtype);
+  try {
+    const dnnl::reduction::primitive_desc pd(
+        dnnl::reduction::desc(mean ? dnnl::algorithm::reduction_mean : dnnl::algorithm::reduction_sum, src, dst, 0, 0),
+        cpu_engine());
+    if (onednn_impl_is_slow(pd.impl_info_str())) return std::nullopt;
+    const dnnl::reduction prim(pd);
+    return Prepared{pd.impl_info_str(), [=](InPtrs ins, OutPtrs outs, WeightSlot) {
+                      execute(prim, {{DNNL_ARG_SRC, wrap(src, ins[0])}, {DNNL_ARG_DST, wrap(dst, outs[0])}});
+                    }};
+  } catch (const dnnl::error& e) {
+    if (e.status != dnnl_unimplemented) throw;
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 Prepared prepare_reduction(const Node& n, Types in, Types out) {
   require_inputs(n, in, 1, 1);
-  const TensorType& x = in[0];
+  for (const TensorType& t : {in[0], out[0]})
+    if (t.dtype != DType::f32 && t.dtype != DType::bf16) refuse("{} operand {}", ir::dtype_name(t.dtype), ir::type_str(t));
   const bool mean = n.op == "mean";
-  const ir::ReducePlan plan = ir::reduce_plan(x.shape, n.attrs);
-  const memory::desc src = dense_desc(x.shape, x.dtype), dst = dense_desc(plan.kept, out[0].dtype);
-  // oneDNN rejects a reduction that reduces nothing (every reduced dim of extent 1).
-  if (plan.kept != x.shape) try {
-    const dnnl::reduction::primitive_desc pd(
-        dnnl::reduction::desc(mean ? dnnl::algorithm::reduction_mean : dnnl::algorithm::reduction_sum, src, dst, 0, 0),
-        cpu_engine());
-    if (!onednn_impl_is_slow(pd.impl_info_str())) {
-      const dnnl::reduction prim(pd);
-      return Prepared{pd.impl_info_str(), [=](InPtrs ins, OutPtrs outs, WeightSlot) {
-                        execute(prim, {{DNNL_ARG_SRC, wrap(src, ins[0])}, {DNNL_ARG_DST, wrap(dst, outs[0])}});
-                      }};
-    }
-  } catch (const dnnl::error& e) {
-    if (e.status != dnnl_unimplemented) throw;
-  }
-  return vectorized_reduction(x.dtype, out[0].dtype, plan, x.shape, mean);
+  const ir::ReducePlan plan = ir::reduce_plan(in[0].shape, n.attrs);
+  if (std::optional<Prepared> jit = jit_reduction(in[0], out[0], plan, mean)) return std::move(*jit);
+  return vectorized_reduction(in[0].dtype, out[0].dtype, plan, in[0].shape, mean);
 }
 
 // ---- _BatchNorm_train ---------------------------------------------------------------------
@@ -201,24 +229,15 @@ BatchNormPd batch_norm_pd(const memory::desc& md, float eps, dnnl::normalization
 // there gives the same values (reorders copy exactly; padding channels are separate
 // channels nothing reads back). nullopt when no blocking gets a JIT kernel either.
 struct BlockedBatchNorm {
-  memory::desc layout;
+  ChannelBlocking blocking;
   BatchNormPd pd;
-  std::string name;  // "nChw16c"
 };
 
-std::optional<BlockedBatchNorm> blocked_batch_norm(const memory::desc& md, float eps,
-                                                                       dnnl::normalization_flags flags) {
-  using tag = memory::format_tag;
-  const size_t spatial = md.dims().size() - 2;
-  if (spatial < 1 || spatial > 3) return std::nullopt;
-  const std::pair<int, std::array<tag, 3>> blockings[] = {{16, {tag::aBc16b, tag::aBcd16b, tag::aBcde16b}},
-                                                          {8, {tag::aBc8b, tag::aBcd8b, tag::aBcde8b}}};
-  for (const auto& [block, tags] : blockings) {
-    const memory::desc blocked(md.dims(), md.data_type(), tags[spatial - 1]);
+std::optional<BlockedBatchNorm> blocked_batch_norm(const memory::desc& md, float eps, dnnl::normalization_flags flags) {
+  for (const ChannelBlocking& blocking : channel_blockings(md)) {
     try {
-      BatchNormPd pd = batch_norm_pd(blocked, eps, flags);
-      if (std::string_view(pd.impl_info_str()).find("jit") != std::string_view::npos)
-        return BlockedBatchNorm{blocked, pd, fmt::format("nC{}{}c", spatial == 3 ? "dhw" : spatial == 2 ? "hw" : "w", block)};
+      BatchNormPd pd = batch_norm_pd(blocking.layout, eps, flags);
+      if (std::string_view(pd.impl_info_str()).find("jit") != std::string_view::npos) return BlockedBatchNorm{blocking, pd};
     } catch (const dnnl::error&) {
     }
   }
@@ -263,9 +282,9 @@ Prepared prepare_batch_norm_train(const Node& n, Types in, Types out) {
   std::optional<dnnl::reorder> to_inner, from_inner;
   if (!channels_last && impl.find("jit") == std::string::npos)
     if (std::optional<BlockedBatchNorm> blocked = blocked_batch_norm(md, static_cast<float>(eps), flags)) {
-      inner = blocked->layout;
+      inner = blocked->blocking.layout;
       pd = blocked->pd;
-      impl = fmt::format("{} (via {})", pd.impl_info_str(), blocked->name);
+      impl = fmt::format("{} (via {})", pd.impl_info_str(), blocked->blocking.name);
       to_inner = dnnl::reorder(dnnl::reorder::primitive_desc(cpu_engine(), md, cpu_engine(), inner));
       from_inner = dnnl::reorder(dnnl::reorder::primitive_desc(cpu_engine(), inner, cpu_engine(), md));
     }
@@ -275,8 +294,7 @@ Prepared prepare_batch_norm_train(const Node& n, Types in, Types out) {
                     auto* invstd = static_cast<float*>(outs[4]);  // first the variance
                     memory src = wrap(md, ins[0]), dst = wrap(md, outs[0]);
                     if (to_inner) {
-                      // Per call: a Prepared is shared by every thread that runs the node.
-                      src = memory(inner, cpu_engine()), dst = memory(inner, cpu_engine());
+                      src = thread_buffer(0, inner), dst = thread_buffer(1, inner);
                       execute(*to_inner, {{DNNL_ARG_FROM, wrap(md, ins[0])}, {DNNL_ARG_TO, src}});
                     }
                     std::unordered_map<int, memory> args{{DNNL_ARG_SRC, src},
@@ -302,11 +320,40 @@ Prepared prepare_batch_norm_train(const Node& n, Types in, Types out) {
 
 // ---- _backward_Pooling --------------------------------------------------------------------
 
+namespace {
+
+// A pooling gradient's primitives for the data (src) and gradient (dst) in given layouts.
+struct PoolingGradient {
+  memory::desc src, dst;
+  dnnl::pooling_forward::primitive_desc forward;
+  dnnl::pooling_backward::primitive_desc backward;
+
+  bool slow() const {
+    return onednn_impl_is_slow(backward.impl_info_str()) ||
+           (backward.workspace_desc().get_size() > 0 && onednn_impl_is_slow(forward.impl_info_str()));
+  }
+};
+
+PoolingGradient pooling_gradient(const PoolWindow& w, const memory::desc& src, const memory::desc& dst) {
+  dnnl::pooling_forward::primitive_desc forward(
+      dnnl::pooling_forward::desc(dnnl::prop_kind::forward_training, w.algorithm, src, dst, w.stride, w.kernel,
+                                  w.pad_left, w.pad_right),
+      cpu_engine());
+  dnnl::pooling_backward::primitive_desc backward(
+      dnnl::pooling_backward::desc(w.algorithm, src, dst, w.stride, w.kernel, w.pad_left, w.pad_right), cpu_engine(),
+      forward);
+  return {src, dst, forward, backward};
+}
+
+}  // namespace
+
 // oneDNN's pooling backward. max needs the forward's workspace (where each window's maximum
 // is), so the step runs the forward training primitive on the data first. oneDNN keeps a
 // window's first maximum in scan order, as MXNet (ties alike: tested); a window holding NaN
 // differs (MXNet gives its gradient to the window's last element, oneDNN's max compares
-// keep the first maximal number).
+// keep the first maximal number). Channels-first data whose gradient oneDNN has only a plain
+// loop for ("simple_nchw", slower than the reference kernel for a 3x3 max) runs channel-
+// blocked, between reorders.
 Prepared prepare_pooling_gradient(const Node& n, Types in, Types out) {
   require_inputs(n, in, 2, 2);
   const TensorType& x = in[0];
@@ -316,29 +363,55 @@ Prepared prepare_pooling_gradient(const Node& n, Types in, Types out) {
   const PoolWindow w = pool_window(geo);
   const memory::desc src = channels_desc(x.shape, x.dtype, geo.channels_last);
   const memory::desc dst = channels_desc(dy.shape, dy.dtype, geo.channels_last);
-  const dnnl::pooling_forward::primitive_desc fpd(
-      dnnl::pooling_forward::desc(dnnl::prop_kind::forward_training, w.algorithm, src, dst, w.stride, w.kernel,
-                                  w.pad_left, w.pad_right),
-      cpu_engine());
-  const dnnl::pooling_backward::primitive_desc bpd(
-      dnnl::pooling_backward::desc(w.algorithm, src, dst, w.stride, w.kernel, w.pad_left, w.pad_right), cpu_engine(),
-      fpd);
-  const dnnl::pooling_backward backward(bpd);
-  if (w.algorithm != dnnl::algorithm::pooling_max)
-    return Prepared{bpd.impl_info_str(), [=](InPtrs ins, OutPtrs outs, WeightSlot) {
-                      execute(backward, {{DNNL_ARG_DIFF_DST, wrap(dst, ins[1])}, {DNNL_ARG_DIFF_SRC, wrap(src, outs[0])}});
-                    }};
-  const dnnl::pooling_forward forward(fpd);
-  const memory::desc workspace = fpd.workspace_desc();
+  PoolingGradient p = pooling_gradient(w, src, dst);
+  std::string via;
+  if (!geo.channels_last && p.slow()) {
+    const std::vector<ChannelBlocking> src_blockings = channel_blockings(src), dst_blockings = channel_blockings(dst);
+    for (size_t b = 0; b < src_blockings.size() && via.empty(); ++b) {
+      try {
+        PoolingGradient blocked = pooling_gradient(w, src_blockings[b].layout, dst_blockings[b].layout);
+        if (blocked.slow()) continue;
+        p = blocked;
+        via = fmt::format(" (via {})", src_blockings[b].name);
+      } catch (const dnnl::error&) {
+      }
+    }
+  }
+  const bool max = w.algorithm == dnnl::algorithm::pooling_max;
+  const bool reordered = !via.empty();
+  const dnnl::pooling_forward forward(p.forward);
+  const dnnl::pooling_backward backward(p.backward);
+  std::optional<dnnl::reorder> data_in, gradient_in, gradient_out;
+  if (reordered) {
+    data_in = dnnl::reorder(dnnl::reorder::primitive_desc(cpu_engine(), src, cpu_engine(), p.src));
+    gradient_in = dnnl::reorder(dnnl::reorder::primitive_desc(cpu_engine(), dst, cpu_engine(), p.dst));
+    gradient_out = dnnl::reorder(dnnl::reorder::primitive_desc(cpu_engine(), p.src, cpu_engine(), src));
+  }
   // The slower of the two names the step (run reports flag reference loops).
-  const std::string impl = onednn_impl_is_slow(fpd.impl_info_str()) ? fpd.impl_info_str() : bpd.impl_info_str();
+  const std::string impl =
+      (max && onednn_impl_is_slow(p.forward.impl_info_str()) ? p.forward.impl_info_str() : p.backward.impl_info_str()) + via;
+  const memory::desc workspace = p.forward.workspace_desc(), inner_src = p.src, inner_dst = p.dst;
   return Prepared{impl, [=](InPtrs ins, OutPtrs outs, WeightSlot) {
-                    // Per call: a Prepared is shared by every thread that runs the node.
-                    const memory pooled(dst, cpu_engine()), where(workspace, cpu_engine());
-                    execute(forward, {{DNNL_ARG_SRC, wrap(src, ins[0])}, {DNNL_ARG_DST, pooled}, {DNNL_ARG_WORKSPACE, where}});
-                    execute(backward, {{DNNL_ARG_DIFF_DST, wrap(dst, ins[1])},
-                                       {DNNL_ARG_DIFF_SRC, wrap(src, outs[0])},
-                                       {DNNL_ARG_WORKSPACE, where}});
+                    memory data = wrap(src, ins[0]), gradient = wrap(dst, ins[1]), result = wrap(src, outs[0]);
+                    if (reordered) {
+                      const memory blocked_gradient = thread_buffer(2, inner_dst);
+                      execute(*gradient_in, {{DNNL_ARG_FROM, gradient}, {DNNL_ARG_TO, blocked_gradient}});
+                      gradient = blocked_gradient;
+                      result = thread_buffer(3, inner_src);
+                      if (max) {
+                        const memory blocked_data = thread_buffer(4, inner_src);
+                        execute(*data_in, {{DNNL_ARG_FROM, data}, {DNNL_ARG_TO, blocked_data}});
+                        data = blocked_data;
+                      }
+                    }
+                    std::unordered_map<int, memory> args{{DNNL_ARG_DIFF_DST, gradient}, {DNNL_ARG_DIFF_SRC, result}};
+                    if (max) {
+                      const memory where = thread_buffer(1, workspace);
+                      execute(forward, {{DNNL_ARG_SRC, data}, {DNNL_ARG_DST, thread_buffer(0, inner_dst)}, {DNNL_ARG_WORKSPACE, where}});
+                      args.emplace(DNNL_ARG_WORKSPACE, where);
+                    }
+                    execute(backward, args);
+                    if (reordered) execute(*gradient_out, {{DNNL_ARG_FROM, result}, {DNNL_ARG_TO, wrap(src, outs[0])}});
                   }};
 }
 
