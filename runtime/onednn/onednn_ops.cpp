@@ -659,7 +659,10 @@ Entry make_entry(const Node& n, Types in) {
       lowp |= ir::is_lowp(t.dtype);
       has_f16 |= t.dtype == DType::f16;
     }
-  const bool serial = estimated_macs(n, in, out) < kSerialMacs;
+  // oneDNN's batch normalization meets its threads at spinning barriers several times a run:
+  // on a busy machine a descheduled thread stalls the others a scheduler slice at each (a
+  // [32,16,32,32] f32 one took 20-60 ms on two threads under load, 0.3 ms on one thread).
+  const bool serial = estimated_macs(n, in, out) < kSerialMacs || n.op == "_BatchNorm_train";
   const OneThread one_thread(serial);
   std::string why;
   // Native first (f32, or bf16 where this CPU's oneDNN has a real kernel for it) ...
