@@ -124,8 +124,8 @@ PoolWindow pool_window(const ir::nn::PoolGeometry& geo) {
 // none unless it has 1 to 3 spatial dims.
 std::vector<ChannelBlocking> channel_blockings(const memory::desc& plain) {
   using tag = memory::format_tag;
+  if (plain.dims().size() < 3 || plain.dims().size() > 5) return {};
   const size_t spatial = plain.dims().size() - 2;
-  if (plain.dims().size() < 3 || spatial > 3) return {};
   const std::pair<int, std::array<tag, 3>> blockings[] = {{16, {tag::aBc16b, tag::aBcd16b, tag::aBcde16b}},
                                                           {8, {tag::aBc8b, tag::aBcd8b, tag::aBcde8b}}};
   const char* dims_name = spatial == 3 ? "dhw" : spatial == 2 ? "hw" : "w";
