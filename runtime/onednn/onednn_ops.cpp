@@ -1,8 +1,9 @@
 #include "runtime/onednn/onednn_ops.h"
 
+#include "runtime/onednn/onednn_builders.h"
+
 #include "ir/error.h"
 #include "ir/lowp.h"
-#include "ir/ops/nn_params.h"
 #include "runtime/thread_pool.h"
 
 #include <oneapi/dnnl/dnnl.hpp>
@@ -19,24 +20,7 @@
 
 namespace ampfuse::runtime {
 
-namespace {
-
-using dnnl::memory;
-using Dims = memory::dims;
-using ir::DType;
-using ir::Node;
-using Types = std::span<const TensorType>;
-
-// A node oneDNN cannot run as asked: the caller uses the reference kernel. Thrown by the
-// builders below and turned into onednn_supports() == false with `why` kept.
-struct Refusal {
-  std::string why;
-};
-
-template <class... Args>
-[[noreturn]] void refuse(fmt::format_string<Args...> format, Args&&... args) {
-  throw Refusal{fmt::format(format, std::forward<Args>(args)...)};
-}
+namespace onednn_detail {
 
 const char* status_name(dnnl_status_t s) {
   switch (s) {
@@ -90,21 +74,6 @@ memory::desc dense_desc(const ir::Shape& shape, DType t) {
   return memory::desc(dims, dnnl_type(t), row_major_strides(dims));
 }
 
-using InPtrs = std::span<const void* const>;
-using OutPtrs = std::span<void* const>;
-
-// A created primitive with what running it needs.
-// A type-erased dnnl::memory of reordered weights (OnednnWeightCache::reordered), or null.
-using WeightSlot = std::shared_ptr<void>*;
-
-struct Prepared {
-  std::string impl;
-  // Runs the primitive on the node's buffers (inputs, outputs in node order). `weights`,
-  // when not null, holds (or receives) the weights in the primitive's layout.
-  std::function<void(InPtrs, OutPtrs, WeightSlot weights)> run;
-  bool widened = false;  // low-precision operands computed as f32 (through_f32)
-};
-
 memory wrap(const memory::desc& d, const void* p) { return memory(d, cpu_engine(), const_cast<void*>(p)); }
 
 dnnl::stream& thread_stream() {
@@ -125,9 +94,56 @@ memory maybe_reorder(memory user, const memory::desc& want) {
   return m;
 }
 
+// oneDNN's window of an MXNet max or avg pooling: its algorithm and the right padding that
+// yields exactly the output extent MXNet's convention asked for.
+PoolWindow pool_window(const ir::nn::PoolGeometry& geo) {
+  if (geo.type != ir::nn::PoolType::max && geo.type != ir::nn::PoolType::avg) refuse("oneDNN has no sum or lp pooling");
+  const size_t nd = geo.kernel.size();
+  PoolWindow w;
+  w.kernel.assign(geo.kernel.begin(), geo.kernel.end());
+  w.stride.assign(geo.stride.begin(), geo.stride.end());
+  w.pad_left.assign(geo.pad.begin(), geo.pad.end());
+  bool overhang = false;  // a window reaches past the padded input
+  for (size_t i = 0; i < nd; ++i) {
+    const int64_t right = (geo.out_size[i] - 1) * w.stride[i] + w.kernel[i] - geo.in_size[i] - w.pad_left[i];
+    overhang |= right > geo.pad_end[i];
+    w.pad_right.push_back(std::max<int64_t>(right, 0));
+  }
+  if (geo.type == ir::nn::PoolType::avg) {
+    // MXNet's include-pad average divides by the window clipped to the padded input;
+    // oneDNN divides by the whole kernel. They agree unless a window overhangs the pad.
+    if (geo.count_include_pad && overhang) refuse("an include-pad average window reaches past the padding");
+    w.algorithm = geo.count_include_pad ? dnnl::algorithm::pooling_avg_include_padding
+                                        : dnnl::algorithm::pooling_avg_exclude_padding;
+  }
+  return w;
+}
+
+// The channel-blocked layouts oneDNN's JIT kernels use (channels in groups of 16 or 8,
+// innermost: nChw16c, nChw8c and their 1-D and 3-D forms) for a tensor's dims, widest first;
+// none unless it has 1 to 3 spatial dims.
+std::vector<ChannelBlocking> channel_blockings(const memory::desc& plain) {
+  using tag = memory::format_tag;
+  if (plain.dims().size() < 3 || plain.dims().size() > 5) return {};
+  const size_t spatial = plain.dims().size() - 2;
+  const std::pair<int, std::array<tag, 3>> blockings[] = {{16, {tag::aBc16b, tag::aBcd16b, tag::aBcde16b}},
+                                                          {8, {tag::aBc8b, tag::aBcd8b, tag::aBcde8b}}};
+  const char* dims_name = spatial == 3 ? "dhw" : spatial == 2 ? "hw" : "w";
+  std::vector<ChannelBlocking> r;
+  for (const auto& [block, tags] : blockings)
+    r.push_back({memory::desc(plain.dims(), plain.data_type(), tags[spatial - 1]), fmt::format("nC{}{}c", dims_name, block)});
+  return r;
+}
+
 void require_inputs(const Node& n, Types in, size_t lo, size_t hi) {
   if (in.size() < lo || in.size() > hi) refuse("{} takes {} to {} inputs, got {}", n.op, lo, hi, in.size());
 }
+
+}  // namespace onednn_detail
+
+namespace {
+
+using namespace onednn_detail;
 
 // ---- Convolution ------------------------------------------------------------------------
 
@@ -362,14 +378,10 @@ Prepared prepare_batch_dot(const Node& n, Types in, Types out) {
 // gets a JIT kernel either. `pool_desc(src, dst)` describes the pooling for given layouts.
 template <class PoolDesc>
 std::optional<Prepared> pool_channel_blocked(const PoolDesc& pool_desc, const memory::desc& src, const memory::desc& dst) {
-  using tag = memory::format_tag;
-  const int spatial = static_cast<int>(src.dims().size()) - 2;
-  if (spatial < 1 || spatial > 3) return std::nullopt;
-  const std::pair<int, std::array<tag, 3>> blockings[] = {{16, {tag::aBc16b, tag::aBcd16b, tag::aBcde16b}},
-                                                          {8, {tag::aBc8b, tag::aBcd8b, tag::aBcde8b}}};
-  for (const auto& [block, tags] : blockings) {
-    const memory::desc bsrc(src.dims(), src.data_type(), tags[spatial - 1]);
-    const memory::desc bdst(dst.dims(), dst.data_type(), tags[spatial - 1]);
+  const std::vector<ChannelBlocking> src_blockings = channel_blockings(src), dst_blockings = channel_blockings(dst);
+  for (size_t b = 0; b < src_blockings.size(); ++b) {
+    const memory::desc& bsrc = src_blockings[b].layout;
+    const memory::desc& bdst = dst_blockings[b].layout;
     dnnl::pooling_forward::primitive_desc pd;
     try {
       pd = dnnl::pooling_forward::primitive_desc(pool_desc(bsrc, bdst), cpu_engine());
@@ -380,7 +392,7 @@ std::optional<Prepared> pool_channel_blocked(const PoolDesc& pool_desc, const me
     const dnnl::pooling_forward prim(pd);
     const dnnl::reorder to_blocks(dnnl::reorder::primitive_desc(cpu_engine(), src, cpu_engine(), bsrc));
     const dnnl::reorder from_blocks(dnnl::reorder::primitive_desc(cpu_engine(), bdst, cpu_engine(), dst));
-    const std::string impl = fmt::format("{} (via nC{}{}c)", pd.impl_info_str(), spatial == 3 ? "dhw" : spatial == 2 ? "hw" : "w", block);
+    const std::string impl = fmt::format("{} (via {})", pd.impl_info_str(), src_blockings[b].name);
     return Prepared{impl, [=](InPtrs ins, OutPtrs outs, WeightSlot) {
                       // Per call: a Prepared is shared by every thread that runs the node.
                       // (A thread-local scratch measured no faster: 0.55 ms either way for
@@ -399,28 +411,12 @@ Prepared prepare_pooling(const Node& n, Types in, Types out) {
   const TensorType& x = in[0];
   if (x.dtype != out[0].dtype) refuse("output dtype differs from the data");
   const ir::nn::PoolGeometry geo = ir::nn::pool_geometry(n.attrs, x.shape);
-  if (geo.type != ir::nn::PoolType::max && geo.type != ir::nn::PoolType::avg) refuse("oneDNN has no sum or lp pooling");
-  const size_t nd = geo.kernel.size();
-  Dims kernel(geo.kernel.begin(), geo.kernel.end()), stride(geo.stride.begin(), geo.stride.end());
-  Dims pl(geo.pad.begin(), geo.pad.end()), pr;
-  bool overhang = false;  // a window reaches past the padded input
-  for (size_t i = 0; i < nd; ++i) {
-    // Right padding that yields exactly the output extent MXNet's convention asked for.
-    const int64_t right = (geo.out_size[i] - 1) * stride[i] + kernel[i] - geo.in_size[i] - pl[i];
-    overhang |= right > geo.pad_end[i];
-    pr.push_back(std::max<int64_t>(right, 0));
-  }
-  dnnl::algorithm alg = dnnl::algorithm::pooling_max;
-  if (geo.type == ir::nn::PoolType::avg) {
-    // MXNet's include-pad average divides by the window clipped to the padded input;
-    // oneDNN divides by the whole kernel. They agree unless a window overhangs the pad.
-    if (geo.count_include_pad && overhang) refuse("an include-pad average window reaches past the padding");
-    alg = geo.count_include_pad ? dnnl::algorithm::pooling_avg_include_padding : dnnl::algorithm::pooling_avg_exclude_padding;
-  }
+  const PoolWindow w = pool_window(geo);
   const memory::desc src = channels_desc(x.shape, x.dtype, geo.channels_last);
   const memory::desc dst = channels_desc(out[0].shape, out[0].dtype, geo.channels_last);
   const auto pool_desc = [&](const memory::desc& s, const memory::desc& d) {
-    return dnnl::pooling_forward::desc(dnnl::prop_kind::forward_inference, alg, s, d, stride, kernel, pl, pr);
+    return dnnl::pooling_forward::desc(dnnl::prop_kind::forward_inference, w.algorithm, s, d, w.stride, w.kernel,
+                                       w.pad_left, w.pad_right);
   };
   dnnl::pooling_forward::primitive_desc pd(pool_desc(src, dst), cpu_engine());
   if (!geo.channels_last && onednn_impl_is_slow(pd.impl_info_str()))
@@ -488,6 +484,9 @@ Builder builder_for(const std::string& op) {
   if (op == "Pooling") return prepare_pooling;
   if (op == "softmax") return prepare_softmax;
   if (op == "LayerNorm") return prepare_layer_norm;
+  if (op == "sum" || op == "mean") return prepare_reduction;
+  if (op == "_BatchNorm_train") return prepare_batch_norm_train;
+  if (op == "_backward_Pooling") return prepare_pooling_gradient;
   return nullptr;
 }
 
@@ -660,7 +659,10 @@ Entry make_entry(const Node& n, Types in) {
       lowp |= ir::is_lowp(t.dtype);
       has_f16 |= t.dtype == DType::f16;
     }
-  const bool serial = estimated_macs(n, in, out) < kSerialMacs;
+  // oneDNN's batch normalization meets its threads at spinning barriers several times a run:
+  // on a busy machine a descheduled thread stalls the others a scheduler slice at each (a
+  // [32,16,32,32] f32 one took 20-60 ms on two threads under load, 0.3 ms on one thread).
+  const bool serial = estimated_macs(n, in, out) < kSerialMacs || n.op == "_BatchNorm_train";
   const OneThread one_thread(serial);
   std::string why;
   // Native first (f32, or bf16 where this CPU's oneDNN has a real kernel for it) ...
@@ -706,7 +708,9 @@ std::shared_ptr<const Entry> entry_for(const Node& n, Types in) {
 
 }  // namespace
 
-bool onednn_impl_is_slow(std::string_view impl) { return impl.starts_with("ref:") || impl.starts_with("simple"); }
+bool onednn_impl_is_slow(std::string_view impl) {
+  return impl.starts_with("ref:") || impl.find("_ref:") != std::string_view::npos || impl.starts_with("simple");
+}
 
 bool onednn_supports(const Node& node, std::span<const TensorType> inputs) {
   return entry_for(node, inputs)->prepared.has_value();

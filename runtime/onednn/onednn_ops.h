@@ -1,6 +1,11 @@
 // External ops through oneDNN 2.6 (the v2 API): convolution and deconvolution, the
 // convolution weight gradient (_backward_Convolution_weight), matmul-like ops, pooling,
-// softmax and LayerNorm, channels-first and channels-last.
+// softmax and LayerNorm, channels-first and channels-last; and a training step's
+// _BatchNorm_train (batch statistics, then the moving ones in C++), _backward_Pooling (max
+// and avg) and sum/mean (runtime/onednn/onednn_training.cpp). Where oneDNN has only a
+// reference loop for a reduction's axes (per-channel sums of NCHW data, column sums) a
+// vectorized f32 loop of ours runs it instead ("ampfuse:vectorized_sum"), behind the same
+// interface.
 //
 // Dtypes: f32 runs natively. bf16 runs natively where this CPU's oneDNN has a non-reference
 // implementation for it (AVX-512 and up; oneDNN accumulates in f32 and its bf16 conversions
@@ -79,8 +84,9 @@ void onednn_run(const ir::Node& node, std::span<const Tensor> inputs, std::span<
 // reorders: "jit:avx2 (via nChw8c)".
 std::string onednn_impl_name(const ir::Node& node, std::span<const TensorType> inputs);
 
-// Whether `impl` (onednn_impl_name) is one of oneDNN's unvectorized loops: "ref:..." and
-// "simple...", such as "simple_nchw:any" pooling. Run reports flag those on hot paths.
+// Whether `impl` (onednn_impl_name) is one of oneDNN's unvectorized loops: "ref:...",
+// "bnorm_ref:..." and "simple...", such as "simple_nchw:any" pooling. Run reports flag
+// those on hot paths.
 bool onednn_impl_is_slow(std::string_view impl);
 
 // How many primitives were created (cache misses) in this process.
