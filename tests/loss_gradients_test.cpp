@@ -453,6 +453,9 @@ TEST(LossGradients, EmptyTensorsGiveEmptyGradients) {
 
 // ---- the backward graphs on the executor, f32 ----------------------------------------------
 
+// The executor runs the softmax and LayerNorm gradients on oneDNN, in its own summation
+// order: where a gradient cancels to ~1e-3 of its terms (gn_gamma below) each path is
+// ~1.5e-7 from the f64 value, so the absolute floor is a few of those.
 void expect_executor_matches_interpreter(const ir::Graph& backward, const runtime::Bindings& vars) {
   const engine::Executable exe = engine::Executable::compile(backward);
   const std::vector<Tensor> want = runtime::interpret(backward, vars), got = exe.run(vars);
@@ -462,7 +465,7 @@ void expect_executor_matches_interpreter(const ir::Graph& backward, const runtim
     double largest = 0;
     for (int64_t i = 0; i < want[k].size(); ++i) largest = std::max(largest, std::fabs(want[k].get_f64(i)));
     for (int64_t i = 0; i < want[k].size(); ++i)
-      ASSERT_NEAR(want[k].get_f64(i), got[k].get_f64(i), 1e-5 * largest + 1e-7) << "output " << k << " element " << i;
+      ASSERT_NEAR(want[k].get_f64(i), got[k].get_f64(i), 1e-5 * largest + 4e-7) << "output " << k << " element " << i;
   }
 }
 

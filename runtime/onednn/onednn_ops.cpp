@@ -3,6 +3,7 @@
 #include "ir/error.h"
 #include "ir/lowp.h"
 #include "ir/ops/nn_params.h"
+#include "runtime/onednn/onednn_builders.h"
 #include "runtime/thread_pool.h"
 
 #include <oneapi/dnnl/dnnl.hpp>
@@ -21,22 +22,9 @@ namespace ampfuse::runtime {
 
 namespace {
 
-using dnnl::memory;
-using Dims = memory::dims;
+using namespace onednn_detail;
 using ir::DType;
 using ir::Node;
-using Types = std::span<const TensorType>;
-
-// A node oneDNN cannot run as asked: the caller uses the reference kernel. Thrown by the
-// builders below and turned into onednn_supports() == false with `why` kept.
-struct Refusal {
-  std::string why;
-};
-
-template <class... Args>
-[[noreturn]] void refuse(fmt::format_string<Args...> format, Args&&... args) {
-  throw Refusal{fmt::format(format, std::forward<Args>(args)...)};
-}
 
 const char* status_name(dnnl_status_t s) {
   switch (s) {
@@ -51,13 +39,26 @@ const char* status_name(dnnl_status_t s) {
   }
 }
 
+Dims row_major_strides(const Dims& physical) {
+  Dims s(physical.size(), 1);
+  for (int i = static_cast<int>(physical.size()) - 2; i >= 0; --i) s[i] = s[i + 1] * physical[i + 1];
+  return s;
+}
+
+dnnl::stream& thread_stream() {
+  thread_local dnnl::stream s(cpu_engine());
+  return s;
+}
+
+}  // namespace
+
+namespace onednn_detail {
+
 dnnl::engine& cpu_engine() {
   static dnnl::engine e(dnnl::engine::kind::cpu, 0);
   return e;
 }
 
-// The oneDNN type of an f32 or bf16 tensor. The builders see only those two: f16 reaches
-// them widened to f32 (oneDNN 2.6 has no f16 CPU compute).
 memory::data_type dnnl_type(DType t) {
   switch (t) {
     case DType::f32: return memory::data_type::f32;
@@ -66,11 +67,25 @@ memory::data_type dnnl_type(DType t) {
   }
 }
 
-Dims row_major_strides(const Dims& physical) {
-  Dims s(physical.size(), 1);
-  for (int i = static_cast<int>(physical.size()) - 2; i >= 0; --i) s[i] = s[i + 1] * physical[i + 1];
-  return s;
+memory::desc dense_desc(const ir::Shape& shape, DType t) {
+  Dims dims(shape.begin(), shape.end());
+  return memory::desc(dims, dnnl_type(t), row_major_strides(dims));
 }
+
+memory wrap(const memory::desc& d, const void* p) { return memory(d, cpu_engine(), const_cast<void*>(p)); }
+
+void execute(const dnnl::primitive& prim, const std::unordered_map<int, memory>& args) {
+  prim.execute(thread_stream(), args);
+  thread_stream().wait();
+}
+
+void require_inputs(const ir::Node& n, Types in, size_t lo, size_t hi) {
+  if (in.size() < lo || in.size() > hi) refuse("{} takes {} to {} inputs, got {}", n.op, lo, hi, in.size());
+}
+
+}  // namespace onednn_detail
+
+namespace {
 
 // Logical dims (N, C, spatial...) of a tensor stored channels-last (N, spatial..., C), with
 // the strides that describe that storage.
@@ -85,48 +100,12 @@ memory::desc channels_desc(const ir::Shape& shape, DType t, bool channels_last) 
   return memory::desc(logical, dnnl_type(t), lstrides);
 }
 
-memory::desc dense_desc(const ir::Shape& shape, DType t) {
-  Dims dims(shape.begin(), shape.end());
-  return memory::desc(dims, dnnl_type(t), row_major_strides(dims));
-}
-
-using InPtrs = std::span<const void* const>;
-using OutPtrs = std::span<void* const>;
-
-// A created primitive with what running it needs.
-// A type-erased dnnl::memory of reordered weights (OnednnWeightCache::reordered), or null.
-using WeightSlot = std::shared_ptr<void>*;
-
-struct Prepared {
-  std::string impl;
-  // Runs the primitive on the node's buffers (inputs, outputs in node order). `weights`,
-  // when not null, holds (or receives) the weights in the primitive's layout.
-  std::function<void(InPtrs, OutPtrs, WeightSlot weights)> run;
-  bool widened = false;  // low-precision operands computed as f32 (through_f32)
-};
-
-memory wrap(const memory::desc& d, const void* p) { return memory(d, cpu_engine(), const_cast<void*>(p)); }
-
-dnnl::stream& thread_stream() {
-  thread_local dnnl::stream s(cpu_engine());
-  return s;
-}
-
-void execute(const dnnl::primitive& prim, const std::unordered_map<int, memory>& args) {
-  prim.execute(thread_stream(), args);
-  thread_stream().wait();
-}
-
 // The user's weights in the layout the primitive chose (a copy only when they differ).
 memory maybe_reorder(memory user, const memory::desc& want) {
   if (user.get_desc() == want) return user;
   memory m(want, cpu_engine());
   dnnl::reorder(user, m).execute(thread_stream(), user, m);
   return m;
-}
-
-void require_inputs(const Node& n, Types in, size_t lo, size_t hi) {
-  if (in.size() < lo || in.size() > hi) refuse("{} takes {} to {} inputs, got {}", n.op, lo, hi, in.size());
 }
 
 // ---- Convolution ------------------------------------------------------------------------
@@ -488,6 +467,8 @@ Builder builder_for(const std::string& op) {
   if (op == "Pooling") return prepare_pooling;
   if (op == "softmax") return prepare_softmax;
   if (op == "LayerNorm") return prepare_layer_norm;
+  if (op == "_backward_softmax") return prepare_backward_softmax;
+  if (op == "_backward_LayerNorm") return prepare_backward_layer_norm;
   return nullptr;
 }
 
