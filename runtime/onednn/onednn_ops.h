@@ -1,6 +1,9 @@
 // External ops through oneDNN 2.6 (the v2 API): convolution and deconvolution, the
 // convolution weight gradient (_backward_Convolution_weight), matmul-like ops, pooling,
-// softmax and LayerNorm, channels-first and channels-last.
+// softmax and LayerNorm, channels-first and channels-last; the gradients of softmax and
+// log_softmax (_backward_softmax at temperature 1, not softmin) and of LayerNorm over the
+// last axis (_backward_LayerNorm: dx, dgamma, dbeta), onednn_norm_backward.cpp. Builders in
+// other files of this folder share onednn_builders.h.
 //
 // Dtypes: f32 runs natively. bf16 runs natively where this CPU's oneDNN has a non-reference
 // implementation for it (AVX-512 and up; oneDNN accumulates in f32 and its bf16 conversions
