@@ -339,9 +339,38 @@ TEST(LossGradients, SoftmaxOutputProbabilityLabels) {
   expect_values(h.grad, want);
 }
 
+// out_grad=True: MXNet multiplies the normalized implicit gradient by the gradient arriving
+// at the output, here c through MakeLoss(SoftmaxOutput(data, label) * c), in both label forms.
+TEST(LossGradients, SoftmaxOutputWithOutGradMultipliesByTheArrivingGradient) {
+  const std::vector<double> labels = {2, -1, 0, 4};
+  for (const bool probabilities : {false, true}) {
+    SCOPED_TRACE(probabilities ? "probability labels" : "class labels");
+    const Shape label_shape = probabilities ? Shape{4, 5} : Shape{4};
+    const Attrs attrs = {{"out_grad", "True"}, {"grad_scale", "0.5"}, {"normalization", "batch"}, {"use_ignore", "True"}};
+    ir::GraphBuilder b;
+    const ValueRef y = b.op("SoftmaxOutput", {b.param("data", TensorType{DType::f64, {4, 5}}),
+                                              b.input("label", {DType::f64, label_shape})}, attrs);
+    b.output(b.op("MakeLoss", {b.op("elemwise_mul", {y, b.input("c", {DType::f64, {4, 5}})})}));
+    const ir::Graph g = b.finish();
+    runtime::Bindings given;
+    if (!probabilities) given["label"] = f64_tensor({4}, labels);
+    const runtime::Bindings vars = runtime::random_bindings(g, 17, given);
+    const HeadGradient h = head_gradient(g, vars);
+    const std::vector<double> out =
+        runtime::to_f64_vector(runtime::interpret(softmax_output_graph({4, 5}, label_shape, attrs), vars).at(0));
+    const std::vector<double> c = runtime::to_f64_vector(vars.at("c"));
+    const std::vector<double> label = runtime::to_f64_vector(vars.at("label"));
+    std::vector<double> want = softmax_output_formula(out, labels, 5, 0.5f / 4, 0, -1);
+    for (size_t i = 0; i < want.size(); ++i)
+      want[i] = (probabilities ? (out[i] - label[i]) * 0.5 : want[i]) * c[i];
+    expect_values(h.grad, want);
+  }
+}
+
 TEST(LossGradients, SoftmaxOutputErrorsNameTheNode) {
+  // out_grad=True as a graph output: no gradient arrives (MXNet requires one there).
   EXPECT_ERROR(engine::build_backward(softmax_output_graph({4, 5}, {4}, {{"out_grad", "True"}}), {.wrt = {"data"}}),
-               "out_grad=True is not supported");
+               "out_grad=True multiplies by the gradient arriving at the output, and none arrives");
   // Fewer labels than softmax rows: the forward accepts it (the label is unused there).
   const std::string message =
       testing::error_message([] { engine::build_backward(softmax_output_graph({4, 5}, {3}, {}), {.wrt = {"data"}}); });
