@@ -12,17 +12,17 @@ namespace {
 using ir::DType;
 
 // A softmax_backward or logsoftmax_backward primitive (`Backward`) with the forward one it
-// takes as a hint for its layouts.
+// takes as a hint for its layouts; dy, y and dx are all `md`.
 template <class Forward, class Backward>
-Prepared softmax_gradient(const memory::desc& diff, const memory::desc& dst, int axis) {
-  const typename Forward::primitive_desc hint(typename Forward::desc(dnnl::prop_kind::forward_training, dst, axis),
+Prepared softmax_gradient(const memory::desc& md, int axis) {
+  const typename Forward::primitive_desc hint(typename Forward::desc(dnnl::prop_kind::forward_training, md, axis),
                                               cpu_engine());
-  const typename Backward::primitive_desc pd(typename Backward::desc(diff, dst, axis), cpu_engine(), hint);
+  const typename Backward::primitive_desc pd(typename Backward::desc(md, md, axis), cpu_engine(), hint);
   const Backward prim(pd);
   return Prepared{pd.impl_info_str(), [=](InPtrs ins, OutPtrs outs, WeightSlot) {
-                    execute(prim, {{DNNL_ARG_DIFF_DST, wrap(diff, ins[0])},
-                                   {DNNL_ARG_DST, wrap(dst, ins[1])},
-                                   {DNNL_ARG_DIFF_SRC, wrap(diff, outs[0])}});
+                    execute(prim, {{DNNL_ARG_DIFF_DST, wrap(md, ins[0])},
+                                   {DNNL_ARG_DST, wrap(md, ins[1])},
+                                   {DNNL_ARG_DIFF_SRC, wrap(md, outs[0])}});
                   }};
 }
 
@@ -30,7 +30,8 @@ Prepared softmax_gradient(const memory::desc& diff, const memory::desc& dst, int
 
 // _backward_softmax(dy, y): oneDNN's softmax_backward computes y * (dy - sum(dy * y)) and
 // logsoftmax_backward dy - exp(y) * sum(dy), the op's formulas for temperature 1 without
-// negation. Any axis; oneDNN's kernels for axes other than the innermost are plain loops.
+// negation. Any axis; oneDNN 2.6 has JIT kernels for the innermost on AVX-512 only, plain loops
+// ("ref:any") otherwise.
 Prepared prepare_backward_softmax(const ir::Node& n, Types in, Types out) {
   require_inputs(n, in, 2, 2);
   const TensorType &dy = in[0], &y = in[1];
@@ -44,8 +45,8 @@ Prepared prepare_backward_softmax(const ir::Node& n, Types in, Types out) {
   const int axis = static_cast<int>(ir::nn::normalize_axis(n.attrs.get_int("axis"), y.shape.size()));
   const memory::desc md = dense_desc(y.shape, y.dtype);
   if (n.attrs.get_bool("log"))
-    return softmax_gradient<dnnl::logsoftmax_forward, dnnl::logsoftmax_backward>(md, md, axis);
-  return softmax_gradient<dnnl::softmax_forward, dnnl::softmax_backward>(md, md, axis);
+    return softmax_gradient<dnnl::logsoftmax_forward, dnnl::logsoftmax_backward>(md, axis);
+  return softmax_gradient<dnnl::softmax_forward, dnnl::softmax_backward>(md, axis);
 }
 
 // _backward_LayerNorm(dy, x, gamma) -> dx, dgamma, dbeta over the last axis, which oneDNN
