@@ -1,7 +1,7 @@
-// What a builder of a oneDNN-run op needs (private to runtime/onednn/): the builders turn a
-// node with its operand types into a created primitive (Prepared) or refuse it.
-// onednn_ops.cpp keeps the primitive cache, the low-precision-as-f32 path and `builder_for`,
-// which maps op names to builders, including those defined in other files of this folder.
+// What the builders of runtime/onednn/ share: a builder turns a node and its operand types
+// into a Prepared (its implementation's name and how to run it) or refuses it. onednn_ops.cpp
+// holds the inference ops' builders, the cache and the bf16-as-f32 path; the gradients of
+// softmax and LayerNorm are built in onednn_norm_backward.cpp. Internal to runtime/onednn/.
 #pragma once
 
 #include "ir/graph.h"
@@ -21,6 +21,8 @@ namespace ampfuse::runtime::onednn_detail {
 
 using dnnl::memory;
 using Dims = memory::dims;
+using ir::DType;
+using ir::Node;
 using Types = std::span<const TensorType>;
 
 // A node oneDNN cannot run as asked: the caller uses the reference kernel. Thrown by the
@@ -33,15 +35,6 @@ template <class... Args>
 [[noreturn]] void refuse(fmt::format_string<Args...> format, Args&&... args) {
   throw Refusal{fmt::format(format, std::forward<Args>(args)...)};
 }
-
-dnnl::engine& cpu_engine();
-
-// The oneDNN type of an f32 or bf16 tensor; refuses others. The builders see only those
-// two: f16 reaches them widened to f32 (oneDNN 2.6 has no f16 CPU compute).
-memory::data_type dnnl_type(ir::DType t);
-
-// A row-major tensor of this shape and type.
-memory::desc dense_desc(const ir::Shape& shape, ir::DType t);
 
 using InPtrs = std::span<const void* const>;
 using OutPtrs = std::span<void* const>;
@@ -58,17 +51,22 @@ struct Prepared {
   bool widened = false;  // low-precision operands computed as f32 (through_f32)
 };
 
-// A oneDNN memory over a buffer the caller owns.
+dnnl::engine& cpu_engine();
+
+// The oneDNN type of an f32 or bf16 tensor; refuses any other.
+memory::data_type dnnl_type(DType t);
+
+memory::desc dense_desc(const ir::Shape& shape, DType t);
+
 memory wrap(const memory::desc& d, const void* p);
 
 // Runs `prim` on this thread's stream and waits for it.
 void execute(const dnnl::primitive& prim, const std::unordered_map<int, memory>& args);
 
-// Refuses unless `n` has lo..hi inputs.
-void require_inputs(const ir::Node& n, Types in, size_t lo, size_t hi);
+void require_inputs(const Node& n, Types in, size_t lo, size_t hi);
 
-// Builders defined outside onednn_ops.cpp.
-Prepared prepare_backward_softmax(const ir::Node& n, Types in, Types out);      // onednn_norm_backward.cpp
-Prepared prepare_backward_layer_norm(const ir::Node& n, Types in, Types out);  // onednn_norm_backward.cpp
+// onednn_norm_backward.cpp: _backward_softmax, _backward_LayerNorm.
+Prepared prepare_backward_softmax(const Node& n, Types in, Types out);
+Prepared prepare_backward_layer_norm(const Node& n, Types in, Types out);
 
 }  // namespace ampfuse::runtime::onednn_detail

@@ -9,8 +9,6 @@ namespace ampfuse::runtime::onednn_detail {
 
 namespace {
 
-using ir::DType;
-
 // A softmax_backward or logsoftmax_backward primitive (`Backward`) with the forward one it
 // takes as a hint for its layouts; dy, y and dx are all `md`.
 template <class Forward, class Backward>
@@ -32,7 +30,7 @@ Prepared softmax_gradient(const memory::desc& md, int axis) {
 // logsoftmax_backward dy - exp(y) * sum(dy), the op's formulas for temperature 1 without
 // negation. Any axis; oneDNN 2.6 has JIT kernels for the innermost on AVX-512 only, plain loops
 // ("ref:any") otherwise.
-Prepared prepare_backward_softmax(const ir::Node& n, Types in, Types out) {
+Prepared prepare_backward_softmax(const Node& n, Types in, Types out) {
   require_inputs(n, in, 2, 2);
   const TensorType &dy = in[0], &y = in[1];
   if (n.attrs.get_float("temperature") != 1.0) refuse("oneDNN has no temperature");
@@ -55,7 +53,7 @@ Prepared prepare_backward_softmax(const ir::Node& n, Types in, Types out) {
 // biased variance, sd = sqrt(var + eps) (MXNet 1.9.1's LayerNorm). That forward's
 // normalized output, which nothing reads, goes into dx's buffer, which the backward then
 // overwrites.
-Prepared prepare_backward_layer_norm(const ir::Node& n, Types in, Types out) {
+Prepared prepare_backward_layer_norm(const Node& n, Types in, Types out) {
   require_inputs(n, in, 3, 3);
   const TensorType &dy = in[0], &x = in[1], &gamma = in[2];
   if (x.shape.empty()) refuse("scalar data");

@@ -1,9 +1,10 @@
 #include "runtime/onednn/onednn_ops.h"
 
+#include "runtime/onednn/onednn_builders.h"
+
 #include "ir/error.h"
 #include "ir/lowp.h"
 #include "ir/ops/nn_params.h"
-#include "runtime/onednn/onednn_builders.h"
 #include "runtime/thread_pool.h"
 
 #include <oneapi/dnnl/dnnl.hpp>
@@ -20,11 +21,7 @@
 
 namespace ampfuse::runtime {
 
-namespace {
-
-using namespace onednn_detail;
-using ir::DType;
-using ir::Node;
+namespace onednn_detail {
 
 const char* status_name(dnnl_status_t s) {
   switch (s) {
@@ -39,26 +36,13 @@ const char* status_name(dnnl_status_t s) {
   }
 }
 
-Dims row_major_strides(const Dims& physical) {
-  Dims s(physical.size(), 1);
-  for (int i = static_cast<int>(physical.size()) - 2; i >= 0; --i) s[i] = s[i + 1] * physical[i + 1];
-  return s;
-}
-
-dnnl::stream& thread_stream() {
-  thread_local dnnl::stream s(cpu_engine());
-  return s;
-}
-
-}  // namespace
-
-namespace onednn_detail {
-
 dnnl::engine& cpu_engine() {
   static dnnl::engine e(dnnl::engine::kind::cpu, 0);
   return e;
 }
 
+// The oneDNN type of an f32 or bf16 tensor. The builders see only those two: f16 reaches
+// them widened to f32 (oneDNN 2.6 has no f16 CPU compute).
 memory::data_type dnnl_type(DType t) {
   switch (t) {
     case DType::f32: return memory::data_type::f32;
@@ -67,25 +51,11 @@ memory::data_type dnnl_type(DType t) {
   }
 }
 
-memory::desc dense_desc(const ir::Shape& shape, DType t) {
-  Dims dims(shape.begin(), shape.end());
-  return memory::desc(dims, dnnl_type(t), row_major_strides(dims));
+Dims row_major_strides(const Dims& physical) {
+  Dims s(physical.size(), 1);
+  for (int i = static_cast<int>(physical.size()) - 2; i >= 0; --i) s[i] = s[i + 1] * physical[i + 1];
+  return s;
 }
-
-memory wrap(const memory::desc& d, const void* p) { return memory(d, cpu_engine(), const_cast<void*>(p)); }
-
-void execute(const dnnl::primitive& prim, const std::unordered_map<int, memory>& args) {
-  prim.execute(thread_stream(), args);
-  thread_stream().wait();
-}
-
-void require_inputs(const ir::Node& n, Types in, size_t lo, size_t hi) {
-  if (in.size() < lo || in.size() > hi) refuse("{} takes {} to {} inputs, got {}", n.op, lo, hi, in.size());
-}
-
-}  // namespace onednn_detail
-
-namespace {
 
 // Logical dims (N, C, spatial...) of a tensor stored channels-last (N, spatial..., C), with
 // the strides that describe that storage.
@@ -100,6 +70,23 @@ memory::desc channels_desc(const ir::Shape& shape, DType t, bool channels_last) 
   return memory::desc(logical, dnnl_type(t), lstrides);
 }
 
+memory::desc dense_desc(const ir::Shape& shape, DType t) {
+  Dims dims(shape.begin(), shape.end());
+  return memory::desc(dims, dnnl_type(t), row_major_strides(dims));
+}
+
+memory wrap(const memory::desc& d, const void* p) { return memory(d, cpu_engine(), const_cast<void*>(p)); }
+
+dnnl::stream& thread_stream() {
+  thread_local dnnl::stream s(cpu_engine());
+  return s;
+}
+
+void execute(const dnnl::primitive& prim, const std::unordered_map<int, memory>& args) {
+  prim.execute(thread_stream(), args);
+  thread_stream().wait();
+}
+
 // The user's weights in the layout the primitive chose (a copy only when they differ).
 memory maybe_reorder(memory user, const memory::desc& want) {
   if (user.get_desc() == want) return user;
@@ -107,6 +94,16 @@ memory maybe_reorder(memory user, const memory::desc& want) {
   dnnl::reorder(user, m).execute(thread_stream(), user, m);
   return m;
 }
+
+void require_inputs(const Node& n, Types in, size_t lo, size_t hi) {
+  if (in.size() < lo || in.size() > hi) refuse("{} takes {} to {} inputs, got {}", n.op, lo, hi, in.size());
+}
+
+}  // namespace onednn_detail
+
+namespace {
+
+using namespace onednn_detail;
 
 // ---- Convolution ------------------------------------------------------------------------
 
