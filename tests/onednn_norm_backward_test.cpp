@@ -46,7 +46,7 @@ void check_against_interpreter(const std::string& op, const std::vector<TensorTy
   const ir::Graph g = one_node(op, types, attrs);
   const ir::Node& node = g.nodes.back();
   std::string label = op;
-  for (const TensorType& t : types) label += " " + ir::type_str(t);
+  for (const TensorType& t : types) label += fmt::format(" {}", ir::type_str(t));
   for (const auto& [name, value] : attrs) label += fmt::format(" {}={}", name, value);
   SCOPED_TRACE(label);
   const Bindings vars = random_bindings(g, 7);
