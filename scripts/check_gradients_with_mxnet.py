@@ -18,8 +18,13 @@ is_train (--train) picks batch statistics in BatchNorm on both sides (ampfuse's 
 without it both use the moving statistics. Prints one row per model: the largest
 |difference| of any weight's gradient relative to the model's largest |gradient| element,
 and the weight where it is; exit status 1 when one exceeds 1e-4.
+
+Variables that only feed index slots (labels, token ids; INDEX_SLOTS) are inputs holding
+class ids, whatever their names, and have no gradient in ampfuse: they are skipped.
+--include-index-inputs compares them too, MXNet's gradient against zeros.
 """
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -37,12 +42,38 @@ MODELS = {
 }
 
 
+# The input slots ampfuse reads as positions (InputSlot::index in ir/ops/), by MXNet op name.
+INDEX_SLOTS = {'SoftmaxOutput': {1}, 'Softmax': {1}, 'Embedding': {0}, 'take': {1}, 'pick': {1}, 'gather_nd': {1},
+               'one_hot': {0}, 'SequenceMask': {1}, 'SequenceLast': {1}, 'SequenceReverse': {1}}
+
+
+def index_only_variables(sym):
+    """Variable name -> the largest class id + 1 its readers accept (10 unless an Embedding's
+    input_dim or a one_hot's depth is smaller), for the variables read only in index slots."""
+    nodes = json.loads(sym.tojson())['nodes']
+    readers = {}
+    for node in nodes:
+        for slot, (src, *_) in enumerate(node.get('inputs', [])):
+            if nodes[src]['op'] == 'null':
+                readers.setdefault(src, []).append((node, slot))
+    bounds = {}
+    for src, uses in readers.items():
+        if all(slot in INDEX_SLOTS.get(node['op'], ()) for node, slot in uses):
+            limits = [int(node.get('attrs', {}).get(k, 10)) for node, _ in uses for k in ('input_dim', 'depth')]
+            bounds[nodes[src]['name']] = min([10] + limits)
+    return bounds
+
+
 def seeded_values(sym, shapes, rng):
-    """Weights scaled by fan-in, BatchNorm variances in [0.5, 1.5), labels as class ids."""
+    """Weights scaled by fan-in, BatchNorm variances in [0.5, 1.5), labels and token ids as
+    class ids."""
     arg_shapes, _, aux_shapes = sym.infer_shape(**shapes)
+    index_only = index_only_variables(sym)
     args, aux, inputs = {}, {}, {}
     for name, shape in zip(sym.list_arguments(), arg_shapes):
-        if name in shapes:
+        if name in index_only:
+            inputs[name] = rng.integers(0, index_only[name], shape).astype(np.float32)
+        elif name in shapes:
             inputs[name] = rng.uniform(-1, 1, shape).astype(np.float32)
         elif name.endswith('label'):
             inputs[name] = rng.integers(0, 10, shape).astype(np.float32)
@@ -54,19 +85,20 @@ def seeded_values(sym, shapes, rng):
     return args, aux, inputs
 
 
-def mxnet_gradients(sym, args, aux, inputs, train):
+def mxnet_gradients(sym, args, aux, inputs, train, also):
+    """The gradients of the weights and of the variables named in `also`."""
     shapes = {k: v.shape for k, v in inputs.items()}
-    req = {n: ('write' if n in args else 'null') for n in sym.list_arguments()}
+    req = {n: ('write' if n in args or n in also else 'null') for n in sym.list_arguments()}
     exe = sym.simple_bind(mx.cpu(), grad_req=req, **shapes)
     exe.copy_params_from({k: mx.nd.array(v) for k, v in args.items()}, {k: mx.nd.array(v) for k, v in aux.items()})
     outs = exe.forward(is_train=train, **{k: mx.nd.array(v) for k, v in inputs.items()})
     losses = {'SoftmaxOutput', 'LinearRegressionOutput', 'LogisticRegressionOutput', 'MAERegressionOutput', 'MakeLoss'}
-    heads = [n['op'] for n in __import__('json').loads(sym.tojson())['nodes']]
-    is_loss = all(op in losses for op in [heads[h[0]] for h in __import__('json').loads(sym.tojson())['heads']])
+    graph = json.loads(sym.tojson())
+    is_loss = all(graph['nodes'][h[0]]['op'] in losses for h in graph['heads'])
     # backward's own is_train defaults to True, which would differentiate BatchNorm with
     # batch statistics after a forward that used the moving ones.
     exe.backward(None if is_loss else [mx.nd.ones(o.shape) for o in outs], is_train=train)
-    return {k: exe.grad_dict[k].asnumpy() for k in args}
+    return {k: exe.grad_dict[k].asnumpy() for k in list(args) + list(also)}
 
 
 def ampfuse_gradients(binary, model, params_file, inputs, train, tmp):
@@ -88,6 +120,9 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument('--ampfuse', default=os.path.join(ROOT, 'build', 'ampfuse'))
     ap.add_argument('--train', action='store_true')
+    ap.add_argument('--include-index-inputs', action='store_true',
+                    help='also compare the variables read only as positions (labels, token ids): '
+                         "MXNet's gradient against ampfuse's none (zeros)")
     ap.add_argument('models', nargs='*', default=list(MODELS))
     a = ap.parse_args()
     failed = False
@@ -106,7 +141,9 @@ def main():
                 print(f'{name:42} {str(a.train):8} ampfuse failed: {e}')
                 failed = True
                 continue
-        theirs = mxnet_gradients(sym, args, aux, inputs, a.train)
+        index_inputs = list(index_only_variables(sym)) if a.include_index_inputs else []
+        theirs = mxnet_gradients(sym, args, aux, inputs, a.train, index_inputs)
+        ours.update({k: np.zeros_like(theirs[k]) for k in index_inputs})
         # Relative to the largest gradient element of the whole model: a weight whose
         # gradient cancels to ~0 (a bias before batch-statistics BatchNorm) has no scale.
         largest = max(np.abs(w).max() for w in theirs.values())

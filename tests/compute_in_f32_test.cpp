@@ -105,6 +105,25 @@ TEST(ComputeInF32, SharedInputIsWidenedOnce) {
     CHECK: return %a, %b)");
 }
 
+// An attribute naming the output's type widens with it (the verifier re-infers types); one
+// naming another type stays.
+TEST(ComputeInF32, OutputDtypeAttributeWidensWithTheOutput) {
+  ir::Graph g = parsed(R"(graph {
+    %dy = var input : bf16[2,5]
+    %y = var input : bf16[2,5]
+    %dx = _backward_softmax(%dy, %y) {axis=-1, dtype=bf16}
+    %dx32 = _backward_softmax(%dy, %y) {axis=-1, dtype=f32}
+    return %dx, %dx32
+  })");
+  EXPECT_EQ(engine::compute_in_f32(g, [](const ir::Graph&, int32_t) { return true; }), 2);
+  ir::verify(g);
+  EXPECT_FILECHECK(ir::print_graph(g), R"(
+    CHECK: %dx_f32 = _backward_softmax(%dy_f32, %y_f32) {axis=-1, dtype=f32{{.*}} : f32[2,5]
+    CHECK-NEXT: %dx = amp_cast(%dx_f32) {dtype=bf16} : bf16[2,5]
+    CHECK-NEXT: %dx32_f32 = _backward_softmax(%dy_f32, %y_f32) {axis=-1, dtype=f32{{.*}} : f32[2,5]
+    CHECK: return %dx, %dx32)");
+}
+
 // In the executor the widening of x fuses into the kernel that makes it and the rounding
 // into the relu's kernel; the weight casts are steps of their own.
 TEST(ComputeInF32, ExecutorFusesTheCastsAndEqualsTheInterpreter) {

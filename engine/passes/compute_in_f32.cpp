@@ -69,6 +69,11 @@ int compute_in_f32(ir::Graph& g, const std::function<bool(const ir::Graph&, int3
     const std::vector<ir::TensorType> narrow_types = n.outputs;
     for (ir::TensorType& t : n.outputs)
       if (ir::is_lowp(t.dtype)) t.dtype = DType::f32;
+    // An attribute that names the output's type (softmax's and _backward_softmax's `dtype`)
+    // widens with it, or type inference would give the node its narrow type back.
+    if (n.attrs.has("dtype") && !n.attrs.is_none("dtype") && ir::is_lowp(n.attrs.get_dtype("dtype")) &&
+        n.attrs.get_dtype("dtype") == narrow_types[0].dtype)
+      n.attrs.set("dtype", DType::f32);
     const std::string name = n.name;
     n.name += "_f32";
     const int32_t wide = rb.emit(std::move(n));

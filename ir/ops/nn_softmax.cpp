@@ -86,26 +86,32 @@ OpDef softmax_activation_def() {
 // output; the label gets none. A label of the data's shape holds probabilities:
 // (out - label) * grad_scale, unnormalized, as MXNet. The class-label form is one
 // `_backward_SoftmaxOutput` (ir/ops/nn_loss_backward.cpp), whose kernel says how each
-// attribute counts. out_grad=True (multiply by the head gradient) is refused: a loss
-// head gets none here.
+// attribute counts. out_grad=True multiplies that, normalized, elementwise by the gradient
+// arriving at the output, as MXNet does in every form; MXNet then requires one. A graph
+// output that is a loss head gets none here (OpDef::loss_head is per op), so out_grad=True
+// works where the output reaches a loss through other ops and is refused as a graph output.
 InputGrads softmax_output_gradient(GradContext& c) {
   InputGrads grads(c.num_inputs());
   if (!c.wants(0)) return grads;
   const Attrs a = c.attrs();
-  if (a.get_bool("out_grad")) fail("out_grad=True is not supported: a loss head receives no head gradient");
+  const std::optional<ValueRef> head = a.get_bool("out_grad") ? c.out_grad_opt(0) : std::nullopt;
+  if (a.get_bool("out_grad") && !head)
+    fail("out_grad=True multiplies by the gradient arriving at the output, and none arrives: as a graph output a "
+         "loss head gets no head gradient here");
+  const auto times_head = [&](ValueRef grad) { return head ? c.emit("elemwise_mul", {grad, *head}) : grad; };
   const TensorType out = c.type(c.output(0));
   if (c.input_type(1).shape == out.shape) {
     const ValueRef diff = c.emit("elemwise_sub", {c.output(0), c.cast(c.input(1), out.dtype)});
     Attrs scale;
     scale.set("scalar", static_cast<double>(static_cast<float>(a.get_float("grad_scale"))));
-    grads[0] = c.emit_typed("_mul_scalar", {diff}, std::move(scale));
+    grads[0] = times_head(c.emit_typed("_mul_scalar", {diff}, std::move(scale)));
     return grads;
   }
   Attrs b;
   for (const char* k : {"grad_scale", "ignore_label", "use_ignore", "multi_output", "preserve_shape", "normalization",
                         "smooth_alpha"})
     b.set(k, a.get(k));
-  grads[0] = c.emit_typed("_backward_SoftmaxOutput", {c.output(0), c.input(1)}, std::move(b));
+  grads[0] = times_head(c.emit_typed("_backward_SoftmaxOutput", {c.output(0), c.input(1)}, std::move(b)));
   return grads;
 }
 

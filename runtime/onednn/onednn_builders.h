@@ -1,7 +1,8 @@
 // What the builders of runtime/onednn/ share: a builder turns a node and its operand types
 // into a Prepared (its implementation's name and how to run it) or refuses it. onednn_ops.cpp
 // holds the inference ops' builders, the cache and the bf16-as-f32 path; the training ops'
-// builders live in onednn_training.cpp. Internal to runtime/onednn/.
+// builders live in onednn_training.cpp, the gradients of softmax and LayerNorm in
+// onednn_norm_backward.cpp. Internal to runtime/onednn/.
 #pragma once
 
 #include "ir/graph.h"
@@ -95,5 +96,9 @@ PoolWindow pool_window(const ir::nn::PoolGeometry& geo);
 Prepared prepare_reduction(const Node& n, Types in, Types out);
 Prepared prepare_batch_norm_train(const Node& n, Types in, Types out);
 Prepared prepare_pooling_gradient(const Node& n, Types in, Types out);
+
+// onednn_norm_backward.cpp: _backward_softmax, _backward_LayerNorm.
+Prepared prepare_backward_softmax(const Node& n, Types in, Types out);
+Prepared prepare_backward_layer_norm(const Node& n, Types in, Types out);
 
 }  // namespace ampfuse::runtime::onednn_detail

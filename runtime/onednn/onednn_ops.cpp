@@ -10,6 +10,7 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <functional>
@@ -285,6 +286,13 @@ Prepared prepare_convolution_weight_gradient(const Node& n, Types in, Types out)
   dnnl::convolution_backward_weights::desc bd(dnnl::algorithm::convolution_direct, src, any_layout(wuser), diff_dst,
                                               w.strides, w.dilates, w.pad_left, w.pad_right);
   dnnl::convolution_backward_weights::primitive_desc pd(bd, cpu_engine(), fpd);
+  // oneDNN 2.6's AVX2 1x1 kernel writes past its workspace (heap corruption) for strided
+  // channels-last data with input channels per group not a multiple of its block of 8
+  // (oneDNN issue #6035): the next implementation runs those.
+  const bool strided = std::any_of(w.strides.begin(), w.strides.end(), [](int64_t s) { return s > 1; });
+  if (geo.channels_last && strided && (geo.in_channels / geo.groups) % 8 != 0 &&
+      std::string_view(pd.impl_info_str()) == "jit_1x1:avx2" && !pd.next_impl())
+    refuse("oneDNN's only weight gradient here is its AVX2 1x1 kernel, which writes out of bounds for this shape");
   const dnnl::convolution_backward_weights prim(pd);
   const memory::desc wgot = pd.diff_weights_desc();
   return Prepared{pd.impl_info_str(), [=](InPtrs ins, OutPtrs outs, WeightSlot) {
@@ -487,6 +495,8 @@ Builder builder_for(const std::string& op) {
   if (op == "sum" || op == "mean") return prepare_reduction;
   if (op == "_BatchNorm_train") return prepare_batch_norm_train;
   if (op == "_backward_Pooling") return prepare_pooling_gradient;
+  if (op == "_backward_softmax") return prepare_backward_softmax;
+  if (op == "_backward_LayerNorm") return prepare_backward_layer_norm;
   return nullptr;
 }
 

@@ -1,11 +1,13 @@
 // External ops through oneDNN 2.6 (the v2 API): convolution and deconvolution, the
 // convolution weight gradient (_backward_Convolution_weight), matmul-like ops, pooling,
-// softmax and LayerNorm, channels-first and channels-last; and a training step's
+// softmax and LayerNorm, channels-first and channels-last; a training step's
 // _BatchNorm_train (batch statistics, then the moving ones in C++), _backward_Pooling (max
-// and avg) and sum/mean (runtime/onednn/onednn_training.cpp). Where oneDNN has only a
-// reference loop for a reduction's axes (per-channel sums of NCHW data, column sums) a
-// vectorized f32 loop of ours runs it instead ("ampfuse:vectorized_sum"), behind the same
-// interface.
+// and avg) and sum/mean (runtime/onednn/onednn_training.cpp); the gradients of softmax and
+// log_softmax (_backward_softmax at temperature 1, not softmin) and of LayerNorm over the
+// last axis (_backward_LayerNorm: dx, dgamma, dbeta), onednn_norm_backward.cpp. Where
+// oneDNN has only a reference loop for a reduction's axes (per-channel sums of NCHW data,
+// column sums) a vectorized f32 loop of ours runs it instead ("ampfuse:vectorized_sum"),
+// behind the same interface. Builders in other files of this folder share onednn_builders.h.
 //
 // Dtypes: f32 runs natively. bf16 runs natively where this CPU's oneDNN has a non-reference
 // implementation for it (AVX-512 and up; oneDNN accumulates in f32 and its bf16 conversions
