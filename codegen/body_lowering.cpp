@@ -5,6 +5,9 @@
 #include "codegen/vector_math.h"
 #include "ir/error.h"
 
+#include <algorithm>
+#include <iterator>
+
 namespace ampfuse::codegen {
 
 namespace {
@@ -18,6 +21,31 @@ Value* from_bool(const FloatOps& f, Value* cond) { return f.sel(cond, f.c(1), f.
 // sign of max(-0, +0) agree: a if it wins the compare, else a if it is NaN, else b.
 Value* nan_max_min(const FloatOps& f, Value* a, Value* b, bool is_max) {
   return f.sel(is_max ? f.gt(a, b) : f.lt(a, b), a, f.sel(f.is_nan(a), a, b));
+}
+
+// ir::philox_bits24 in i32 arithmetic: each round's 32x32->64 products as one i64
+// multiply of zero-extended words (vectorizes as widening multiplies; no calls), and the
+// key schedule folded into constants.
+Value* philox_bits24(llvm::IRBuilder<>& b, uint64_t seed, uint64_t offset, Value* index) {
+  llvm::Type* i32 = b.getInt32Ty();
+  llvm::Type* i64 = b.getInt64Ty();
+  const auto word = [&](uint64_t v) -> Value* { return b.getInt32(static_cast<uint32_t>(v)); };
+  const auto mul_hi_lo = [&](uint32_t m, Value* x) {
+    Value* p = b.CreateMul(b.CreateZExt(x, i64), llvm::ConstantInt::get(i64, m), "", /*HasNUW=*/true);
+    return std::pair{b.CreateTrunc(b.CreateLShr(p, 32), i32), b.CreateTrunc(p, i32)};
+  };
+  Value* c[4] = {b.CreateTrunc(index, i32), b.CreateTrunc(b.CreateLShr(index, 32), i32), word(offset),
+                 word(offset >> 32)};
+  uint32_t key0 = static_cast<uint32_t>(seed), key1 = static_cast<uint32_t>(seed >> 32);
+  for (int round = 0; round < 10; ++round) {
+    if (round > 0) key0 += 0x9E3779B9u, key1 += 0xBB67AE85u;
+    const auto [hi0, lo0] = mul_hi_lo(0xD2511F53u, c[0]);
+    const auto [hi1, lo1] = mul_hi_lo(0xCD9E8D57u, c[2]);
+    Value* next[4] = {b.CreateXor(b.CreateXor(hi1, c[1]), word(key0)), lo1, b.CreateXor(b.CreateXor(hi0, c[3]), word(key1)),
+                      lo0};
+    std::copy(std::begin(next), std::end(next), std::begin(c));
+  }
+  return b.CreateLShr(c[0], 8);
 }
 
 Value* lower_instr(const FloatOps& f, const ir::ScalarInstr& s, Value* a, Value* b, Value* c) {
@@ -73,7 +101,8 @@ Value* lower_instr(const FloatOps& f, const ir::ScalarInstr& s, Value* a, Value*
     case ScalarOp::erf: return emit_transcendental(f.b, s.op, {a});
     case ScalarOp::pow: return emit_transcendental(f.b, s.op, {a, b});
     case ScalarOp::input:
-    case ScalarOp::constant: break;
+    case ScalarOp::constant:
+    case ScalarOp::philox_bits24: break;
   }
   fail("internal error: cannot lower scalar op {}", ir::scalar_op_name(s.op));
 }
@@ -81,7 +110,7 @@ Value* lower_instr(const FloatOps& f, const ir::ScalarInstr& s, Value* a, Value*
 }  // namespace
 
 std::vector<Value*> lower_scalar_program(llvm::IRBuilder<>& b, const ir::ScalarProgram& p,
-                                         llvm::ArrayRef<Value*> inputs, llvm::Type* compute) {
+                                         llvm::ArrayRef<Value*> inputs, Value* element_index, llvm::Type* compute) {
   FloatOps f(b, compute);
   std::vector<Value*> values;
   values.reserve(p.instrs.size());
@@ -90,6 +119,9 @@ std::vector<Value*> lower_scalar_program(llvm::IRBuilder<>& b, const ir::ScalarP
       values.push_back(inputs[static_cast<size_t>(s.index)]);
     } else if (s.op == ScalarOp::constant) {
       values.push_back(f.c(s.value));  // ConstantFP rounds the double to nearest, as a C++ cast does
+    } else if (s.op == ScalarOp::philox_bits24) {
+      if (!element_index) fail("internal error: philox_bits24 in a program without an element index");
+      values.push_back(b.CreateUIToFP(philox_bits24(b, s.seed, s.offset, element_index), compute));  // exact: < 2^24
     } else {
       auto operand = [&](int32_t i) { return i >= 0 ? values[static_cast<size_t>(i)] : nullptr; };
       values.push_back(lower_instr(f, s, operand(s.a), operand(s.b), operand(s.c)));

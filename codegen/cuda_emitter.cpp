@@ -98,6 +98,25 @@ template <class P>
 __device__ __forceinline__ bool af_aligned(const P* p, unsigned bytes) {
   return reinterpret_cast<unsigned long long>(p) % bytes == 0;
 }
+
+// ir::philox_bits24: Philox-4x32-10 word 0 of counter (index, offset) under key `seed`,
+// top 24 bits. 64-bit products of 32-bit words (what __umulhi computes), unrolled.
+__device__ __forceinline__ unsigned af_philox_bits24(unsigned long long seed, unsigned long long offset,
+                                                     unsigned long long index) {
+  unsigned c0 = static_cast<unsigned>(index), c1 = static_cast<unsigned>(index >> 32);
+  unsigned c2 = static_cast<unsigned>(offset), c3 = static_cast<unsigned>(offset >> 32);
+  unsigned k0 = static_cast<unsigned>(seed), k1 = static_cast<unsigned>(seed >> 32);
+#pragma unroll
+  for (int round = 0; round < 10; ++round) {
+    if (round > 0) { k0 += 0x9E3779B9u; k1 += 0xBB67AE85u; }
+    const unsigned long long p0 = 0xD2511F53ull * c0, p1 = 0xCD9E8D57ull * c2;
+    c0 = static_cast<unsigned>(p1 >> 32) ^ c1 ^ k0;
+    c1 = static_cast<unsigned>(p1);
+    c2 = static_cast<unsigned>(p0 >> 32) ^ c3 ^ k1;
+    c3 = static_cast<unsigned>(p0);
+  }
+  return c0 >> 8;
+}
 )";
 
 const char* storage_type(DType t) {
@@ -266,6 +285,8 @@ std::string instr_expr(const ir::ScalarInstr& s, const std::string& c, bool f64)
     case ScalarOp::gt: return cmp(">");
     case ScalarOp::ge: return cmp(">=");
     case ScalarOp::select: return fmt::format("({} != {} ? {} : {})", a, zero, b, cc);
+    case ScalarOp::philox_bits24:
+      return fmt::format("static_cast<{}>(af_philox_bits24({}ull, {}ull, idx))", c, s.seed, s.offset);  // < 2^24: exact
     case ScalarOp::input:
     case ScalarOp::constant: break;
   }
@@ -284,6 +305,7 @@ class CudaKernelWriter {
     for (const std::vector<int>& f : sig.flags)
       for (int k : f)
         if (k < num_inputs()) needed_[k] = true;
+    uses_index_ = ir::uses_element_index(sig.body);
   }
 
   std::string write() {
@@ -313,6 +335,7 @@ class CudaKernelWriter {
     std::vector<std::string> params;
     for (int k = 0; k < num_inputs(); ++k)
       if (needed_[k]) params.push_back(fmt::format("const {} a{}", type(k), k));
+    if (uses_index_) params.push_back("const unsigned long long idx");  // the flat iteration index
     for (int j = 0; j < sig_.num_params; ++j) params.push_back(fmt::format("const {} p{}", c_, j));
     for (int k = num_inputs(); k < num_operands(); ++k) params.push_back(fmt::format("{}& o{}", type(k), k));
     for (size_t f = 0; f < sig_.flags.size(); ++f) params.push_back(fmt::format("bool& f{}", f));
@@ -346,12 +369,14 @@ class CudaKernelWriter {
     line("");
   }
 
-  // Arguments of the element function for one element; `at(k)` is operand k's expression.
+  // Arguments of the element function for one element; `at(k)` is operand k's expression
+  // and `index` the element's flat iteration index.
   template <class At>
-  std::string element_call(At at) {
+  std::string element_call(At at, const std::string& index) {
     std::vector<std::string> args;
     for (int k = 0; k < num_inputs(); ++k)
       if (needed_[k]) args.push_back(at(k));
+    if (uses_index_) args.push_back(fmt::format("static_cast<unsigned long long>({})", index));
     for (int j = 0; j < sig_.num_params; ++j) args.push_back(fmt::format("p{}", j));
     for (int k = num_inputs(); k < num_operands(); ++k) args.push_back(fmt::format("r{}", k));
     for (size_t f = 0; f < sig_.flags.size(); ++f) args.push_back(fmt::format("f{}", f));
@@ -400,7 +425,7 @@ class CudaKernelWriter {
       for (int k = num_inputs(); k < num_operands(); ++k) line("        {} r{};", type(k), k);
       line("        {};", element_call([&](int k) {
              return operand(k).layout == Layout::scalar ? fmt::format("a{}", k) : fmt::format("q{}.v[j]", k);
-           }));
+           }, fmt::format("s * {} + j", v)));
       for (int k = num_inputs(); k < num_operands(); ++k)
         line("        {};", operand(k).layout == Layout::contiguous ? fmt::format("q{0}.v[j] = r{0}", k) : fmt::format("op{0}[0] = r{0}", k));
       line("      }}");
@@ -412,7 +437,7 @@ class CudaKernelWriter {
     }
     line("  for (I i = start + tid; i < n; i += threads) {{");
     for (int k = num_inputs(); k < num_operands(); ++k) line("    {} r{};", type(k), k);
-    line("    {};", element_call(flat_at("i")));
+    line("    {};", element_call(flat_at("i"), "i"));
     for (int k = num_inputs(); k < num_operands(); ++k)
       line("    op{0}[{1}] = r{0};", k, operand(k).layout == Layout::scalar ? "0" : "i");
     line("  }}");
@@ -448,7 +473,7 @@ class CudaKernelWriter {
       }
       return std::string("?");
     };
-    line("    {};", element_call(at));
+    line("    {};", element_call(at, "i"));
     for (int k = num_inputs(); k < num_operands(); ++k) line("    {} = r{};", at(k), k);
     line("  }}");
   }
@@ -485,6 +510,7 @@ class CudaKernelWriter {
   const bool f64_;
   const std::string c_;
   std::vector<bool> needed_;
+  bool uses_index_ = false;  // the body draws random bits (philox_bits24): pass the element index
   std::string out_;
 };
 

@@ -24,6 +24,8 @@
 //    f64 10), f64 erfinv (5) and lgamma (6 / 4 away from its zeros in (-11, -2.26), no ulp
 //    bound near them). Against the interpreter (glibc; MXNet's erfinv in double) add an ulp:
 //    tgamma, lgamma and erfinv can exceed kCudaTranscendentalUlp, the others stay within it.
+//  - philox_bits24 is integer code (af_philox_bits24 in the prelude) of the flat iteration
+//    index, which the element function then takes as an argument: exact.
 //
 // Kernel ABI (runtime/cuda/cuda_driver.cpp builds them; cuda_index_arguments() gives the scalars):
 //   NAME(long long count,                  element count, > 0

@@ -30,7 +30,7 @@ void KernelEmitter::emit_flat_loop(bool streaming) {
   }
   std::vector<Value*> offsets;
   for (int k = 0; k < num_operands(); ++k) offsets.push_back(operand(k).layout == Layout::scalar ? nullptr : i);
-  const std::vector<Value*> flags_out = emit_element(offsets, acc_values);
+  const std::vector<Value*> flags_out = emit_element(offsets, i, acc_values);
   Value* next = b_.CreateNSWAdd(i, b_.getInt64(1));
   llvm::BasicBlock* latch = b_.GetInsertBlock();
   i->addIncoming(next, latch);

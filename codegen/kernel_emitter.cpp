@@ -105,7 +105,7 @@ void KernelEmitter::make_alias_scopes() {
   }
 }
 
-std::vector<Value*> KernelEmitter::emit_element(const std::vector<Value*>& offsets,
+std::vector<Value*> KernelEmitter::emit_element(const std::vector<Value*>& offsets, Value* flat_index,
                                                 const std::vector<Value*>& flags_in) {
   auto address = [&](int k) {
     llvm::Type* elem = storage_type(ctx_, operand(k).dtype);
@@ -135,7 +135,7 @@ std::vector<Value*> KernelEmitter::emit_element(const std::vector<Value*>& offse
     program_inputs.push_back(v);
   }
   for (Value* p : params_) program_inputs.push_back(p);
-  const std::vector<Value*> results = lower_scalar_program(b_, sig_.body, program_inputs, compute_);
+  const std::vector<Value*> results = lower_scalar_program(b_, sig_.body, program_inputs, flat_index, compute_);
 
   std::vector<Value*> stored_as_compute(results.size());
   for (size_t o = 0; o < results.size(); ++o) {

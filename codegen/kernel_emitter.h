@@ -61,8 +61,10 @@ class KernelEmitter {
   // Offset of a strided operand's element: `base` plus index * stride for the listed dims.
   Value* strided_offset(int k, Value* base, const std::vector<std::pair<int, Value*>>& dims);
   // One element: loads at `offsets` (nullptr: element 0), the body, the stores, and the
-  // flag accumulators updated from `flags_in`.
-  std::vector<Value*> emit_element(const std::vector<Value*>& offsets, const std::vector<Value*>& flags_in);
+  // flag accumulators updated from `flags_in`. `flat_index` (i64) is the element's flat
+  // iteration index (what philox_bits24 reads).
+  std::vector<Value*> emit_element(const std::vector<Value*>& offsets, Value* flat_index,
+                                   const std::vector<Value*>& flags_in);
   void store_flags(const std::vector<Value*>& accumulators);
   Value* field(ArgField f);
   // Offset arithmetic in index_type_. Offsets are non-negative and below 2^31 (int32) or

@@ -128,6 +128,7 @@ std::string body_key(const ir::ScalarProgram& p) {
       case ir::ScalarOp::input: s += fmt::format(" {}", i.index); break;
       case ir::ScalarOp::constant: s += fmt::format(" {:a}", i.value); break;
       case ir::ScalarOp::round_to: s += fmt::format(" {} {}", i.a, ir::dtype_name(i.dtype)); break;
+      case ir::ScalarOp::philox_bits24: s += fmt::format(" {} {}", i.seed, i.offset); break;
       default: {
         const int n = ir::scalar_op_arity(i.op);
         s += fmt::format(" {}", i.a);

@@ -83,7 +83,7 @@ void KernelEmitter::emit_strided() {
       }
     }
   }
-  const std::vector<Value*> flags_out = emit_element(offsets, acc_values);
+  const std::vector<Value*> flags_out = emit_element(offsets, flat, acc_values);
   Value* j_next = b_.CreateNUWAdd(j, b_.getInt64(1));
   llvm::BasicBlock* inner_latch = b_.GetInsertBlock();
   j->addIncoming(j_next, inner_latch);
@@ -174,12 +174,11 @@ void KernelEmitter::emit_tiles() {
       counted_loop("col", b_.getInt64(0), cols, one, [&](Value* col) {
         counted_loop("tile", b_.getInt64(0), block_rows, one, [&](Value* t) {
           Value* row = b_.CreateNUWAdd(first_row, t);
+          Value* flat = b_.CreateNUWAdd(slab_start, b_.CreateNUWAdd(b_.CreateNUWMul(row, cols), col));
           std::vector<Value*> offsets;
           for (int k = 0; k < num_operands(); ++k) {
             switch (operand(k).layout) {
-              case Layout::contiguous:
-                offsets.push_back(b_.CreateNUWAdd(slab_start, b_.CreateNUWAdd(b_.CreateNUWMul(row, cols), col)));
-                break;
+              case Layout::contiguous: offsets.push_back(flat); break;
               case Layout::scalar: offsets.push_back(nullptr); break;
               case Layout::strided:
                 offsets.push_back(strided_offset(k, slab_offset[k], {{rank - 2, row}, {rank - 1, col}}));
@@ -187,7 +186,7 @@ void KernelEmitter::emit_tiles() {
           }
           std::vector<Value*> acc;
           for (llvm::AllocaInst* a : found) acc.push_back(b_.CreateLoad(b_.getInt1Ty(), a));
-          const std::vector<Value*> updated = emit_element(offsets, acc);
+          const std::vector<Value*> updated = emit_element(offsets, flat, acc);
           for (size_t f = 0; f < found.size(); ++f) b_.CreateStore(updated[f], found[f]);
         });
       });

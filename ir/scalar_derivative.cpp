@@ -89,6 +89,7 @@ std::optional<Val> scalar_tangent(ScalarBuilder& b, Val first, Val of, int wrt) 
         if (s.index == wrt) r = b.constant(1);
         break;
       case ScalarOp::constant:
+      case ScalarOp::philox_bits24:  // random bits: independent of the inputs
       case ScalarOp::sign:
       case ScalarOp::floor:
       case ScalarOp::ceil:

@@ -8,6 +8,7 @@ std::string_view scalar_op_name(ScalarOp op) {
   switch (op) {
     case ScalarOp::input: return "input";
     case ScalarOp::constant: return "const";
+    case ScalarOp::philox_bits24: return "philox_bits24";
     case ScalarOp::neg: return "neg";
     case ScalarOp::abs: return "abs";
     case ScalarOp::sign: return "sign";
@@ -64,7 +65,8 @@ std::string_view scalar_op_name(ScalarOp op) {
 int scalar_op_arity(ScalarOp op) {
   switch (op) {
     case ScalarOp::input:
-    case ScalarOp::constant: return 0;
+    case ScalarOp::constant:
+    case ScalarOp::philox_bits24: return 0;
     case ScalarOp::add:
     case ScalarOp::sub:
     case ScalarOp::mul:
@@ -168,10 +170,21 @@ ScalarBuilder::Val ScalarBuilder::round_to(Val a, DType t) {
   return static_cast<Val>(p_.instrs.size() - 1);
 }
 
+ScalarBuilder::Val ScalarBuilder::philox_bits24(uint64_t seed, uint64_t offset) {
+  p_.instrs.push_back({.op = ScalarOp::philox_bits24, .seed = seed, .offset = offset});
+  return static_cast<Val>(p_.instrs.size() - 1);
+}
+
 ScalarProgram ScalarBuilder::finish(std::vector<Val> results) {
   for (Val r : results) check_operand(p_, r);
   p_.results = std::move(results);
   return std::move(p_);
+}
+
+bool uses_element_index(const ScalarProgram& p) {
+  for (const ScalarInstr& s : p.instrs)
+    if (s.op == ScalarOp::philox_bits24) return true;
+  return false;
 }
 
 std::string print_scalar_program(const ScalarProgram& p) {
@@ -183,6 +196,7 @@ std::string print_scalar_program(const ScalarProgram& p) {
       case ScalarOp::input: out += fmt::format(" {}", s.index); break;
       case ScalarOp::constant: out += fmt::format(" {}", s.value); break;
       case ScalarOp::round_to: out += fmt::format(" %{} to {}", s.a, dtype_name(s.dtype)); break;
+      case ScalarOp::philox_bits24: out += fmt::format(" seed {} offset {}", s.seed, s.offset); break;
       default: {
         const int n = scalar_op_arity(s.op);
         out += fmt::format(" %{}", s.a);

@@ -23,6 +23,7 @@ namespace ampfuse::ir {
 enum class ScalarOp : uint8_t {
   input,     // value = input #index
   constant,  // value = constant (rounded to the compute type)
+  philox_bits24,  // value = ir::philox_bits24(seed, offset, the element's index): see below
   // unary
   neg, abs, sign, exp, log, log1p, expm1, sqrt, rsqrt, erf, tanh, floor, ceil, trunc,
   round,  // to the nearest integer, halves away from zero (C round)
@@ -77,12 +78,20 @@ bool is_library_call(ScalarOp op);
 //  - erfinv is MXNet's own algorithm (cephes ndtri, in double, rounded once to the compute
 //    type): ir/special_functions.h, one C++ function the interpreter and the LLVM kernels
 //    both call. CUDA kernels use CUDA's erfinvf/erfinv (within their ulp bound).
+//  - philox_bits24 (no operands) is the element's random bits, ir::philox_bits24(seed,
+//    offset, index) (ir/philox.h): an integer below 2^24, so exact in the compute type, and
+//    computed in integer arithmetic by every backend, hence bit-identical everywhere. The
+//    index is the element's row-major index in the program's output shape: in a fused
+//    kernel, its flat iteration index, so the planner computes a node that draws random
+//    bits only under a map that keeps row-major order (engine/planning/fusion_plan.h).
+//    Its derivative is 0 (the bits do not depend on the inputs).
 struct ScalarInstr {
   ScalarOp op;
   int32_t a = -1, b = -1, c = -1;  // operands: earlier instruction indices
   int32_t index = 0;               // input: which input
   double value = 0;                // constant
   DType dtype = DType::f32;        // round_to
+  uint64_t seed = 0, offset = 0;   // philox_bits24: the generator's key and counter offset
   friend bool operator==(const ScalarInstr&, const ScalarInstr&) = default;
 };
 
@@ -105,6 +114,7 @@ class ScalarBuilder {
   Val binary(ScalarOp op, Val a, Val b);
   Val select(Val cond, Val if_true, Val if_false);
   Val round_to(Val a, DType t);
+  Val philox_bits24(uint64_t seed, uint64_t offset);
 
   Val add(Val a, Val b) { return binary(ScalarOp::add, a, b); }
   Val sub(Val a, Val b) { return binary(ScalarOp::sub, a, b); }
@@ -127,6 +137,9 @@ class ScalarBuilder {
 // A recipe: builds the op's program from its attributes. `b` starts with the op's inputs
 // available as b.input(i); the recipe returns one value per output.
 using ScalarRecipe = std::function<std::vector<ScalarBuilder::Val>(ScalarBuilder& b, const Attrs& attrs)>;
+
+// Whether `p` draws random bits (philox_bits24), so its value depends on the element's index.
+bool uses_element_index(const ScalarProgram& p);
 
 // Human-readable listing, one instruction per line ("%3 = mul %1, %2").
 std::string print_scalar_program(const ScalarProgram& p);

@@ -15,6 +15,7 @@
 #include "ir/error.h"
 #include "ir/int_conversion.h"
 #include "ir/lowp.h"
+#include "ir/philox.h"
 #include "ir/special_functions.h"
 
 #include <algorithm>
@@ -234,7 +235,8 @@ template <class T>
 void run_instr(const ScalarInstr& s, T* r, const T* a, const T* b, const T* c, int64_t n) {
   switch (s.op) {
     case ScalarOp::input:
-    case ScalarOp::constant: return;  // filled by the caller
+    case ScalarOp::constant:
+    case ScalarOp::philox_bits24: return;  // filled by the caller
     case ScalarOp::neg: return map1(r, a, n, [](T x) { return -x; });
     case ScalarOp::abs: return map1(r, a, n, [](T x) { return std::fabs(x); });
     case ScalarOp::sign:
@@ -368,6 +370,11 @@ void evaluate(const ScalarProgram& p, const IndexSpace& space, int64_t total, st
         } else {
           dispatch_dtype(o.dtype, [&](auto d) { gather<decltype(d)::value, T>(o, space.extents, start, n, reg); });
         }
+        continue;
+      }
+      if (s.op == ScalarOp::philox_bits24) {  // the element index is its row-major output index
+        for (int64_t j = 0; j < n; ++j)
+          reg[j] = static_cast<T>(ir::philox_bits24(s.seed, s.offset, static_cast<uint64_t>(start + j)));
         continue;
       }
       const int arity = ir::scalar_op_arity(s.op);

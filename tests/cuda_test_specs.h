@@ -41,7 +41,7 @@ inline KernelSpec strided_spec(const std::string& name, ir::ScalarProgram body, 
 }
 
 // By name: flat_f32, broadcast, transpose, lowp, f64_compute, flags, ints, all_ops,
-// wide_index, transcendental_f32, transcendental_f64.
+// dropout, dropout_transposed, wide_index, transcendental_f32, transcendental_f64.
 inline std::map<std::string, CudaCase> cuda_cases() {
   std::map<std::string, CudaCase> cases;
   {  // relu(x * y + p): flat, all contiguous, 128-bit f32 packs.
@@ -111,6 +111,16 @@ inline std::map<std::string, CudaCase> cuda_cases() {
     for (size_t i = 1; i < r.size(); ++i) acc = b.add(b.mul(acc, b.constant(0.5)), r[i]);
     cases["all_ops"] = make_case(dense_spec("all_ops", b.finish({acc, r[2]}), {DType::f32, DType::f32}, {DType::f32, DType::bf16},
                                    {2053}));
+  }
+  {  // Dropout's recipe (random bits of the flat iteration index): flat with f16 packs and a
+     // tail, and transposed (a strided load and store).
+    ScalarBuilder b(1);
+    const auto keep = b.binary(ScalarOp::lt, b.philox_bits24(0x123456789ull, 7), b.constant(0x600000));
+    const auto y = b.mul(b.input(0), b.select(keep, b.constant(1.5), b.constant(0)));
+    const ir::ScalarProgram body = b.finish({y});
+    cases["dropout"] = make_case(dense_spec("dropout", body, {DType::f16}, {DType::f16}, {4099}));
+    cases["dropout_transposed"] = make_case(strided_spec("dropout_transposed", body, {65, 33}, {{"x", DType::f32, {1, 65}}},
+                                                {{"y", DType::bf16, {33, 1}}}));
   }
   {  // A strided input whose offsets pass 2^31 (u8, so the buffer is "only" 2 GiB).
     ScalarBuilder b(1);

@@ -20,7 +20,8 @@
 //
 // Dropout masks: the k-th rewritten Dropout (graph order) gets seed = options.seed and
 // offset = options.offset + k; its mask is Philox-4x32-10 of (seed, offset, element index)
-// (ir/philox.h), so one (seed, offset) gives one mask on every backend and run. A trainer
+// (ir/philox.h), computed where the mask is used (inside fused kernels: its scalar recipe),
+// so one (seed, offset) gives one mask on every backend and run. A trainer
 // advances `offset` by the number of Dropout nodes at each step for fresh masks.
 //
 // Order: after AMP conversion, before build_backward (engine/passes/autodiff.h). MXNet

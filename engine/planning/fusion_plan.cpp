@@ -52,6 +52,16 @@ ir::Shape operand_shape(const Graph& g, int32_t n, size_t i) {
   return in;
 }
 
+bool keeps_row_major_order(const AccessMap& map, const ir::Shape& shape) {
+  int32_t last = -1;
+  for (size_t k = 0; k < shape.size(); ++k) {
+    if (shape[k] == 1) continue;  // extent-1 dims do not change row-major order
+    if (map.iter_dim[k] <= last) return false;
+    last = map.iter_dim[k];
+  }
+  return true;
+}
+
 ir::DType node_compute_type(const Graph& g, int32_t n) {
   const Node& node = g.nodes[n];
   std::vector<ir::DType> dtypes;
@@ -115,6 +125,14 @@ KernelWork node_work(const Graph& g, int32_t n) {
   const ir::DType compute = node_compute_type(g, n);
   for (const ir::TensorType& t : node.outputs) w.instructions += t.dtype != compute;
   return w;
+}
+
+// Whether fused node n's recipe draws random bits, which depend on the element's index.
+bool draws_random_bits(const Graph& g, int32_t n) {
+  const Node& node = g.nodes[n];
+  if (fusion_role(node) != FusionRole::elementwise) return false;
+  ir::ScalarBuilder b(static_cast<int>(node.inputs.size()));
+  return ir::uses_element_index(b.finish(ir::OpRegistry::global().get(node.op).recipe(b, node.attrs)));
 }
 
 }  // namespace
@@ -324,10 +342,11 @@ class Planner {
       if (steps_[s].kind == Kind::fused) candidates.push_back(s);
     }
     const ir::DType compute = node_compute_type(g_, n);
+    const bool random = draws_random_bits(g_, n);
     for (int32_t s : candidates) {
       if (steps_[s].compute != compute) continue;
       std::optional<AccessMap> m = required_map(n, s);
-      if (!m) continue;
+      if (!m || (random && !keeps_row_major_order(*m, node.outputs[0].shape))) continue;
       std::vector<ValueRef> loads = steps_[s].loads;
       for (ValueRef in : node.inputs)
         if (producer_step(in) != s) loads.push_back(in);

@@ -78,6 +78,13 @@ enum class FusionRole : uint8_t {
 };
 FusionRole fusion_role(const ir::Node& n);
 
+// Whether a node of `shape` computed under `map` (a permutation of the iteration index)
+// meets its elements in row-major order, so that its row-major element index is the
+// kernel's flat iteration index: what philox_bits24 reads (ir/scalar_program.h). The
+// planner computes a node whose recipe draws random bits (Dropout in training) only under
+// such a map, so each element gets the random bits the interpreter gives it.
+bool keeps_row_major_order(const AccessMap& map, const ir::Shape& shape);
+
 // The compute type the reference interpreter evaluates node n in (f64 for f64 or integer
 // operands, else f32).
 ir::DType node_compute_type(const ir::Graph& g, int32_t n);

@@ -44,6 +44,7 @@ std::vector<ScalarBuilder::Val> splice_recipe(ScalarBuilder& b, const ir::Node& 
       case ScalarOp::input: at[i] = args.at(s.index); break;
       case ScalarOp::constant: at[i] = b.constant(s.value); break;
       case ScalarOp::round_to: at[i] = b.round_to(at[s.a], s.dtype); break;
+      case ScalarOp::philox_bits24: at[i] = b.philox_bits24(s.seed, s.offset); break;
       case ScalarOp::select: at[i] = b.select(at[s.a], at[s.b], at[s.c]); break;
       default:
         at[i] = ir::scalar_op_arity(s.op) == 1 ? b.unary(s.op, at[s.a]) : b.binary(s.op, at[s.a], at[s.b]);
@@ -85,6 +86,7 @@ LoweredKernel lower_kernel(const ir::Graph& g, const FusedKernel& k, const std::
   for (size_t idx = 0; idx < k.nodes.size(); ++idx) {
     const int32_t n = k.nodes[idx];
     const ir::Node& node = g.nodes[n];
+    const ScalarBuilder::Val first_instr = b.size();
     std::vector<ScalarBuilder::Val> args;
     for (size_t i = 0; i < node.inputs.size(); ++i) {
       if (auto it = inside.find(node.inputs[i]); it != inside.end()) {
@@ -101,6 +103,13 @@ LoweredKernel lower_kernel(const ir::Graph& g, const FusedKernel& k, const std::
     std::vector<ScalarBuilder::Val> results;
     if (fusion_role(node) == FusionRole::remap) results = {args.at(0)};  // only the indexing changes
     else results = splice_recipe(b, node, args);
+    // Random bits read the flat iteration index as the node's element index (see
+    // keeps_row_major_order); the planner never fuses such a node otherwise.
+    bool draws_bits = false;
+    for (ScalarBuilder::Val v = first_instr; v < b.size(); ++v) draws_bits |= b.at(v).op == ScalarOp::philox_bits24;
+    if (draws_bits && (!keeps_row_major_order(k.node_maps[idx], node.outputs[0].shape) ||
+                       ir::num_elements(node.outputs[0].shape) != ir::num_elements(k.iteration)))
+      fail("internal: kernel {} computes node '{}', which draws random bits, out of row-major order", name, node.name);
     for (size_t o = 0; o < results.size(); ++o) {
       // The interpreter stores every node output in its dtype; the kernel rounds there too.
       const ir::DType dt = node.outputs[o].dtype;

@@ -13,12 +13,17 @@
 //
 // The mask is a function of (seed, offset, index) alone, so it is never stored: the
 // gradient is the same op with the same attributes applied to the output's gradient
-// (dx = dy * mask), which recomputes it. Not fusable yet (a reference kernel,
-// runtime/reference/dropout_train_kernels.cpp): a fused form needs the element index as a
-// scalar-program operand (ir/scalar_program.h), which the emitters do not expose.
+// (dx = dy * mask), which recomputes it.
+//
+// Without `axes` the op is its scalar recipe (philox_bits24, ir/scalar_program.h: the
+// element index is the row-major index in the output's shape) and fuses with its
+// neighbours, forward and backward; the interpreter evaluates the same recipe. With `axes`
+// the mask index is no row-major index of the output, so such a node runs the reference
+// kernel (runtime/reference/dropout_train_kernels.cpp) as an external op.
 #include "ir/error.h"
 #include "ir/ops/nn_ops.h"
 #include "ir/ops/nn_params.h"
+#include "ir/philox.h"
 
 #include <set>
 
@@ -43,6 +48,16 @@ OpDef dropout_train_def() {
       if (!seen.insert(normalize_axis(a, in.shape.size(), "axes")).second)
         fail("attribute 'axes' names axis {} twice", a);
     ctx.outputs[0] = in;
+  };
+  d.fusable = true;
+  d.recipe_applies = [](const Attrs& a) { return a.get_ints("axes").empty(); };
+  d.recipe = [](ScalarBuilder& b, const Attrs& a) -> std::vector<ScalarBuilder::Val> {
+    const double p = a.get_float("p");
+    // MXNet's f32 scale; p = 1 keeps nothing, so its scale (1/0) is never used.
+    const double scale = p < 1 ? 1.0f / (1.0f - static_cast<float>(p)) : 0.0;
+    const auto bits = b.philox_bits24(static_cast<uint64_t>(a.get_int("seed")), static_cast<uint64_t>(a.get_int("offset")));
+    const auto keep = b.binary(ScalarOp::lt, bits, b.constant(dropout_keep_threshold(p)));  // integers below 2^25: exact
+    return {b.mul(b.input(0), b.select(keep, b.constant(scale), b.constant(0)))};
   };
   // As Dropout, though AMP conversion runs before the training rewrite and meets Dropout.
   d.amp_fp16 = AmpClass::neutral;

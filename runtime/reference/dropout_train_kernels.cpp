@@ -1,5 +1,7 @@
-// Reference kernel: _Dropout_train (Dropout in training), the semantic definition of the
-// op described in ir/ops/nn_dropout_train.cpp.
+// Reference kernel: _Dropout_train (Dropout in training) with `axes`, the semantic
+// definition of the op described in ir/ops/nn_dropout_train.cpp where its mask is shared
+// along axes. Without axes the op's scalar recipe defines it (the interpreter evaluates
+// that); this kernel computes the same thing for any `axes`.
 #include "ir/ops/nn_params.h"
 #include "ir/philox.h"
 #include "runtime/reference/kernel_io.h"
