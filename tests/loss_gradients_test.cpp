@@ -368,9 +368,10 @@ TEST(LossGradients, SoftmaxOutputWithOutGradMultipliesByTheArrivingGradient) {
 }
 
 TEST(LossGradients, SoftmaxOutputErrorsNameTheNode) {
-  // out_grad=True as a graph output: no gradient arrives (MXNet requires one there).
-  EXPECT_ERROR(engine::build_backward(softmax_output_graph({4, 5}, {4}, {{"out_grad", "True"}}), {.wrt = {"data"}}),
-               "out_grad=True multiplies by the gradient arriving at the output, and none arrives");
+  // out_grad=True as a graph output is no loss head: it takes a head gradient to multiply by.
+  const auto with_head = engine::build_backward(softmax_output_graph({4, 5}, {4}, {{"out_grad", "True"}}), {.wrt = {"data"}});
+  EXPECT_EQ(with_head.head_grads.size(), 1u);
+  EXPECT_EQ(engine::build_backward(softmax_output_graph({4, 5}, {4}, {}), {.wrt = {"data"}}).head_grads.size(), 0u);
   // Fewer labels than softmax rows: the forward accepts it (the label is unused there).
   const std::string message =
       testing::error_message([] { engine::build_backward(softmax_output_graph({4, 5}, {3}, {}), {.wrt = {"data"}}); });

@@ -81,7 +81,10 @@ BackwardGraph build_backward(ir::Graph forward, const BackwardOptions& opts) {
   for (size_t k = 0; k < heads.size(); ++k) {
     const ir::Node& n = g.nodes[heads[k].node];
     if (!reached[heads[k].node]) continue;
-    if (!n.is_var() && reg.get(n.op).loss_head) {
+    // SoftmaxOutput(out_grad=True) multiplies by the gradient reaching it (MXNet), so it
+    // takes a head gradient as any output does.
+    const bool takes_head_grad = n.op == "SoftmaxOutput" && n.attrs.get_bool("out_grad");
+    if (!n.is_var() && reg.get(n.op).loss_head && !takes_head_grad) {
       loss_outputs.insert(heads[k].node);
       continue;
     }

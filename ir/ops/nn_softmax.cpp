@@ -87,17 +87,16 @@ OpDef softmax_activation_def() {
 // (out - label) * grad_scale, unnormalized, as MXNet. The class-label form is one
 // `_backward_SoftmaxOutput` (ir/ops/nn_loss_backward.cpp), whose kernel says how each
 // attribute counts. out_grad=True multiplies that, normalized, elementwise by the gradient
-// arriving at the output, as MXNet does in every form; MXNet then requires one. A graph
-// output that is a loss head gets none here (OpDef::loss_head is per op), so out_grad=True
-// works where the output reaches a loss through other ops and is refused as a graph output.
+// arriving at the output, as MXNet does in every form; MXNet then requires one, so such an
+// output is no loss head: as a graph output it gets a head gradient like any other
+// (engine/passes/autodiff.cpp).
 InputGrads softmax_output_gradient(GradContext& c) {
   InputGrads grads(c.num_inputs());
   if (!c.wants(0)) return grads;
   const Attrs a = c.attrs();
   const std::optional<ValueRef> head = a.get_bool("out_grad") ? c.out_grad_opt(0) : std::nullopt;
   if (a.get_bool("out_grad") && !head)
-    fail("out_grad=True multiplies by the gradient arriving at the output, and none arrives: as a graph output a "
-         "loss head gets no head gradient here");
+    fail("out_grad=True multiplies by the gradient arriving at the output, and none arrives");
   const auto times_head = [&](ValueRef grad) { return head ? c.emit("elemwise_mul", {grad, *head}) : grad; };
   const TensorType out = c.type(c.output(0));
   if (c.input_type(1).shape == out.shape) {
