@@ -45,6 +45,8 @@ const BackwardCase kModels[] = {
     {"vgg_small-mkldnn-test-symbol.json", {{"data", {2, 3, 32, 32}}}, 1e-5, 0.02, 0.25, false},
     {"resnet152-mxnet-symbolic-symbol.json", {{"data", {1, 3, 32, 32}}}, 1e-5, 0.03, 0.1, true},
     {"densenet169-imagenet-legacy-symbol.json", {{"data", {1, 3, 32, 32}}}, 1e-5, 0.03, 0.1, true},
+    // Embedding -> 2-layer LSTM -> FullyConnected -> SoftmaxOutput over 10 positions.
+    {"lstm_ptb_fusedrnn-mms-symbol.json", {{"data", {5, 2}}, {"softmax_label", {10}}}, 1e-5, 0.02, 0.02, false},
 };
 
 void PrintTo(const BackwardCase& m, std::ostream* os) { *os << m.file; }

@@ -230,6 +230,32 @@ TEST(NnGradients, EmbeddingScatterAddsRows) {
   EXPECT_ERROR(engine::build_backward(g, {.wrt = {"ids"}}), "ids");
 }
 
+// RNN backpropagates through time in every mode, stacked and bidirectional, into the data,
+// the flat parameters and the initial states, from the output and (with state_outputs) the
+// final states; every gradient element of the small parameter vectors is checked.
+TEST(NnGradients, RnnBackpropagatesThroughTime) {
+  struct Case {
+    std::string mode;
+    int layers;
+    bool bidirectional, state_outputs;
+  };
+  const std::vector<Case> cases = {{"lstm", 1, false, true}, {"lstm", 2, true, false}, {"gru", 2, true, true},
+                                   {"gru", 1, false, false}, {"rnn_tanh", 2, true, true}, {"rnn_relu", 1, true, true}};
+  for (const Case& c : cases) {
+    const Attrs attrs = {{"mode", c.mode},
+                         {"state_size", "3"},
+                         {"num_layers", std::to_string(c.layers)},
+                         {"bidirectional", c.bidirectional ? "True" : "False"},
+                         {"state_outputs", c.state_outputs ? "True" : "False"}};
+    SCOPED_TRACE(case_name("RNN", attrs));
+    ir::GraphBuilder b;
+    std::vector<ValueRef> ins = {b.input("x", {DType::f64, {4, 2, 5}}), b.param("params"), b.param("h0")};
+    if (c.mode == "lstm") ins.push_back(b.param("c0"));
+    for (const ValueRef out : b.op_multi("RNN", ins, attrs)) b.output(out);
+    EXPECT_TRUE(check_gradients(b.finish(), {.max_elements = 400}));
+  }
+}
+
 // bf16 layers with an f32 bias (as AMP leaves them): every gradient has its input's type,
 // the bias's summed in f32, and equals the sum of the f32 head gradient's rows.
 TEST(NnGradients, LowPrecisionLayersKeepAWideBiasGradient) {

@@ -1,7 +1,7 @@
 // recompute_in_readers (engine/planning/recompute.h) on textual plans: which stored values
 // become recomputed in their readers and which stay stored (a graph output, a transcendental
-// chain, a chain of variables only, more bytes to load than to store, a broadcast read);
-// and a backward graph run with and without it, bit for bit the interpreter's.
+// or random chain, a chain of variables only, more bytes to load than to store, a broadcast
+// read); and a backward graph run with and without it, bit for bit the interpreter's.
 #include "engine/execution/executor.h"
 #include "engine/lower.h"
 #include "engine/planning/recompute.h"
@@ -77,7 +77,7 @@ TEST(Recompute, EveryReaderComputesTheValue) {
 }
 
 TEST(Recompute, GraphOutputsTranscendentalsAndVariablesOnlyStayStored) {
-  for (const char* chain : {"%b = exp(%u)", "%b = broadcast_add(%x, %x)"}) {
+  for (const char* chain : {"%b = exp(%u)", "%b = broadcast_add(%x, %x)", "%b = _Dropout_train(%u) {p=0.5, seed=3}"}) {
     const Recomputed r = recompute(std::string(R"(graph {
       %x = var input : f32[4,8]
       %u = softmax(%x) {axis=-1}

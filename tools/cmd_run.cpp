@@ -393,7 +393,9 @@ Command add_run_command(CLI::App& parent) {
                 "in_place, onednn_ops, host_round_trips, fallbacks, slow_external} or null, transfers: {uploads, "
                 "upload_bytes, downloads, download_bytes} or null, outputs: [{name, shape, dtype, min, max, mean, "
                 "nonfinite}], backward: {gradients: [{name, shape, dtype, min, max, mean, l2_norm, nonfinite}], "
-                "head_grads, forward_ms, forward_kernels, forward_external_ops} or null, saved}; kernels, fused_ops, external_ops and views count the steps of every run, "
+                "head_grads, forward_ms, forward_kernels, forward_external_ops, saved_values, saved_bytes, "
+                "recomputed_values, recompute_bytes_not_moved} or null, saved}; kernels, fused_ops, external_ops and "
+                "views count the steps of every run, "
                 "constant_steps those computed from the weights alone on the first run; min, max and mean are over "
                 "finite elements");
   cmd->footer("Variables without --inputs or --params get seeded random values: inputs uniform in [-1, 1), weights\n"

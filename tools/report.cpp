@@ -321,7 +321,7 @@ std::string to_text(const RunReport& r) {
       out += "\n";
     }
     if (b.saved_values)
-      out += fmt::format("saved:   {} forward values ({:.2f} MB) stored for the backward pass; {} recomputed in "
+      out += fmt::format("stored:  {} forward values ({:.2f} MB) kept for the backward pass; {} recomputed in "
                          "backward kernels instead ({:.2f} MB fewer moved per step)\n",
                          *b.saved_values, *b.saved_bytes / 1e6, *b.recomputed_values,
                          *b.recompute_bytes_not_moved / 1e6);

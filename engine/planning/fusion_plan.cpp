@@ -127,15 +127,14 @@ KernelWork node_work(const Graph& g, int32_t n) {
   return w;
 }
 
-// Whether fused node n's recipe draws random bits, which depend on the element's index.
+}  // namespace
+
 bool draws_random_bits(const Graph& g, int32_t n) {
   const Node& node = g.nodes[n];
   if (fusion_role(node) != FusionRole::elementwise) return false;
   ir::ScalarBuilder b(static_cast<int>(node.inputs.size()));
   return ir::uses_element_index(b.finish(ir::OpRegistry::global().get(node.op).recipe(b, node.attrs)));
 }
-
-}  // namespace
 
 KernelWork kernel_work(const Graph& g, const FusedKernel& k) {
   KernelWork w;

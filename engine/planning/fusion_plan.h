@@ -85,6 +85,9 @@ FusionRole fusion_role(const ir::Node& n);
 // such a map, so each element gets the random bits the interpreter gives it.
 bool keeps_row_major_order(const AccessMap& map, const ir::Shape& shape);
 
+// Whether fused node n's recipe draws random bits, which depend on the element's index.
+bool draws_random_bits(const ir::Graph& g, int32_t n);
+
 // The compute type the reference interpreter evaluates node n in (f64 for f64 or integer
 // operands, else f32).
 ir::DType node_compute_type(const ir::Graph& g, int32_t n);

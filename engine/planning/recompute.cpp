@@ -183,10 +183,15 @@ class Recomputer {
     return true;
   }
 
-  // No transcendental instruction, and at least one load that is not a graph variable.
+  // No transcendental instruction, no random bits (they follow the kernel's iteration
+  // order, which a reader's may not keep: keeps_row_major_order), and at least one load
+  // that is not a graph variable.
   bool chain_is_cheap(const FusedKernel& producer, const std::vector<size_t>& chain) const {
     FusedKernel c;
-    for (size_t idx : chain) c.nodes.push_back(producer.nodes[idx]), c.node_maps.push_back(producer.node_maps[idx]);
+    for (size_t idx : chain) {
+      if (draws_random_bits(g_, producer.nodes[idx])) return false;
+      c.nodes.push_back(producer.nodes[idx]), c.node_maps.push_back(producer.node_maps[idx]);
+    }
     c.inputs = kernel_loads(g_, c.nodes, c.node_maps);
     if (kernel_work(g_, c).transcendental_cost > 0) return false;
     return std::any_of(c.inputs.begin(), c.inputs.end(),

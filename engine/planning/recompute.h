@@ -18,8 +18,9 @@
 //    compute type, reading V whole through a permutation of its iteration index (so V's
 //    producing nodes can run at each of its iteration points);
 //  - V's chain (the nodes of P it depends on inside P) has no transcendental instruction
-//    (cheap values only: a recomputed tanh would cost more time than its bytes) and does
-//    not load only graph variables (such a value may be a constant the executor computes
+//    (cheap values only: a recomputed tanh would cost more time than its bytes), draws no
+//    random bits (Dropout's mask follows the kernel's iteration order) and does not load
+//    only graph variables (such a value may be a constant the executor computes
 //    once: engine::ExecutorOptions::constant_params);
 //  - each reader stays within the planner's caps (PlannerOptions) with the chain added;
 //  - bytes: what the chain's loads add to the readers (values a reader does not load
