@@ -10,6 +10,7 @@
 #include "runtime/interpreter.h"
 #include "tests/filecheck.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 namespace ampfuse::engine {
@@ -78,15 +79,16 @@ TEST(Recompute, EveryReaderComputesTheValue) {
 
 TEST(Recompute, GraphOutputsTranscendentalsAndVariablesOnlyStayStored) {
   for (const char* chain : {"%b = exp(%u)", "%b = broadcast_add(%x, %x)", "%b = _Dropout_train(%u) {p=0.5, seed=3}"}) {
-    const Recomputed r = recompute(std::string(R"(graph {
+    const Recomputed r = recompute(fmt::format(R"(graph {{
       %x = var input : f32[4,8]
-      %u = softmax(%x) {axis=-1}
-      )") + chain + R"(
+      %u = softmax(%x) {{axis=-1}}
+      {}
       %t = relu(%b)
-      %w = softmax(%t) {axis=-1}
+      %w = softmax(%t) {{axis=-1}}
       %r = elemwise_mul(%b, %w)
       return %t, %r
-    })");
+    }})",
+                                               chain));
     EXPECT_EQ(r.stats.values, 0) << chain << "\n" << r.plan;
   }
   const Recomputed output = recompute(R"(graph {
@@ -155,6 +157,9 @@ TEST(Recompute, BackwardRunsBitForBitWithAndWithout) {
   EXPECT_EQ(without.compile_stats().recomputed.values, 0);
   EXPECT_LT(with.compile_stats().saved_bytes, without.compile_stats().saved_bytes);
   EXPECT_GT(with.compile_stats().saved_values, 0);
+  opts.recompute = true;
+  opts.fuse = false;  // the unfused path stays one op a kernel
+  EXPECT_EQ(Executable::compile(g, opts).compile_stats().recomputed.values, 0);
 
   const BackwardGraph bg = build_backward(g);
   const runtime::Bindings vars = runtime::random_bindings(bg.graph, 5);

@@ -84,7 +84,7 @@ LowerOptions lower_options(const ExecutorOptions& opts, const runtime::DeviceApi
   lo.backward = opts.backward;
   lo.training = opts.training;
   lo.planner.fuse = opts.fuse;
-  lo.planner.recompute = opts.backward && opts.recompute;
+  lo.planner.recompute = opts.backward && opts.recompute && opts.fuse;  // unfused: one op a kernel
   if (opts.use_onednn && opts.compute_in_f32.value_or(device.host_addressable()))
     lo.computes_in_f32 = [](const ir::Graph& g, int32_t n) {
       std::vector<ir::TensorType> types;

@@ -76,8 +76,8 @@ struct ExecutorOptions {
   // run() then returns the forward outputs followed by one gradient per differentiated
   // variable (CompileStats::gradient_of), and head gradients are inputs to bind.
   std::optional<BackwardOptions> backward{};
-  // With backward: cheap forward values the backward kernels read are computed again there
-  // instead of stored, when that moves fewer bytes (engine/planning/recompute.h).
+  // With backward and fuse: cheap forward values the backward kernels read are computed
+  // again there instead of stored, when that moves fewer bytes (engine/planning/recompute.h).
   bool recompute = true;
   // Training form (engine/passes/training_mode.h): batch statistics, dropout; see lower.h.
   std::optional<TrainingOptions> training{};
