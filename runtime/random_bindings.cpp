@@ -1,8 +1,8 @@
 // Seeded random values for a graph's variables, shaped by what each variable feeds: weights
 // scaled by their fan-in so activations stay O(1) through deep nets, BatchNorm variances
-// positive, and token ids below the vocabulary of the Embedding that reads them (also
-// through reshapes and splits: Sockeye's `source` is split into a word id and two factor
-// ids, each with its own vocabulary).
+// positive, token ids below the vocabulary of the Embedding that reads them (also through
+// reshapes and splits: Sockeye's `source` is split into a word id and two factor ids, each
+// with its own vocabulary), and SoftmaxOutput's class labels below its class count.
 #include "runtime/interpreter.h"
 
 #include "ir/error.h"
@@ -109,6 +109,7 @@ class IdBoundFinder {
     if (!def) return {};
     if (def->table_index && u.slot == def->table_index->slot)
       return IdBounds::uniform(n.attrs.get_int(def->table_index->size_attr));
+    if (n.op == "SoftmaxOutput" && u.slot == 1) return IdBounds::uniform(softmax_output_classes(n));
     if (!passes_ids_through(*def, u.slot)) return {};
     // SliceChannel's outputs are equal parts along `axis` (its shape rule): each part's
     // bound holds for its share of the input.
@@ -116,6 +117,19 @@ class IdBoundFinder {
     IdBounds b;
     for (size_t k = 0; k < n.outputs.size(); ++k) b.all = tighter(b.all, of({u.node, static_cast<int32_t>(k)}).folded());
     return b;
+  }
+
+  // SoftmaxOutput's class labels are below its class count (the softmax's width: axis 1
+  // with multi_output, else the elements per label); a label of the data's shape holds
+  // probabilities and is left unbounded.
+  Bound softmax_output_classes(const ir::Node& n) const {
+    if (n.inputs.size() < 2 || n.outputs.empty()) return std::nullopt;
+    const ir::Shape& data = g_.type(n.inputs[0]).shape;
+    const ir::Shape& label = g_.type(n.inputs[1]).shape;
+    if (label == data) return std::nullopt;
+    if (n.attrs.has("multi_output") && n.attrs.get_bool("multi_output")) return data.size() > 1 ? Bound(data[1]) : std::nullopt;
+    const int64_t labels = ir::num_elements(label);
+    return labels > 0 ? Bound(ir::num_elements(data) / labels) : std::nullopt;
   }
 
   IdBounds split_bounds(ir::ValueRef v, const Use& u) {

@@ -89,7 +89,7 @@ TEST(NnGradients, DotAllTransposes) {
   EXPECT_TRUE(check_gradients(product("dot", {3, 5}, {5}, {})));
 }
 
-TEST(NnGradients, BatchDotAndGemm2AllTransposes) {
+TEST(NnGradients, BatchDotAndGemmAllTransposes) {
   for (const bool ta : {false, true})
     for (const bool tb : {false, true}) {
       const Attrs attrs = {{"transpose_a", ta ? "True" : "False"}, {"transpose_b", tb ? "True" : "False"}};
@@ -103,6 +103,14 @@ TEST(NnGradients, BatchDotAndGemm2AllTransposes) {
           check_gradients(product("_linalg_gemm2", {lhs.begin() + 1, lhs.end()}, {rhs.begin() + 1, rhs.end()}, gemm)));
       EXPECT_TRUE(
           check_gradients(product("linalg_gemm2", {lhs.begin() + 2, lhs.end()}, {rhs.begin() + 2, rhs.end()}, gemm)));
+      // _linalg_gemm adds beta C: C's gradient is beta dy.
+      gemm["beta"] = "0.75";
+      ir::GraphBuilder b;
+      const Shape a_shape(lhs.begin() + 1, lhs.end()), b_shape(rhs.begin() + 1, rhs.end());
+      b.output(b.op("_linalg_gemm", {b.input("a", {DType::f64, a_shape}), b.input("b", {DType::f64, b_shape}),
+                                     b.input("c", {DType::f64, {3, 7, 1}})},
+                    gemm));
+      EXPECT_TRUE(check_gradients(b.finish()));
     }
 }
 

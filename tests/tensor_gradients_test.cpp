@@ -278,6 +278,59 @@ TEST(TensorGradients, NormOutDtypeCastsTheGradientBack) {
   }
 }
 
+// nansum and nanprod: sum's and prod's gradients away from NaN (finite differences), and
+// exactly 0 at a NaN element, where prod's quotient y / x would be NaN.
+TEST(TensorGradients, NanReductionsSkipNaN) {
+  std::vector<double> v;
+  for (int i = 0; i < 30; ++i) v.push_back((i % 2 ? -1 : 1) * (0.6 + 0.03 * i));
+  for (const char* op : {"nansum", "nanprod"})
+    for (const Attrs& a : {Attrs{}, Attrs{{"axis", "1"}}, Attrs{{"axis", "(0, 2)"}, {"keepdims", "True"}}}) {
+      SCOPED_TRACE(std::string(op) + " " + ::testing::PrintToString(a));
+      EXPECT_TRUE(check_gradients(unary(op, {3, 5, 2}, a), {.given = {{"x", values(DType::f64, {3, 5, 2}, v)}}}));
+      std::vector<double> with_nan = v;
+      with_nan[7] = std::nan("");
+      const engine::BackwardGraph bg = engine::build_backward(unary(op, {3, 5, 2}, a), {.wrt = {}, .with_inputs = true});
+      runtime::Bindings vars = runtime::random_bindings(bg.graph, 3, {{"x", values(DType::f64, {3, 5, 2}, with_nan)}});
+      const std::vector<double> grad = runtime::to_f64_vector(runtime::interpret(bg.graph, vars).at(1));
+      for (size_t i = 0; i < grad.size(); ++i) {
+        if (i == 7) EXPECT_EQ(grad[i], 0.0);
+        else EXPECT_TRUE(std::isfinite(grad[i])) << "element " << i;
+      }
+    }
+}
+
+// topk's and sort's values take their gradient back to where each came from: rows along
+// every axis, both orders, k < n and k = n, the flattened data (axis=None); topk's indices
+// and mask get none (MXNet's zeros).
+TEST(TensorGradients, TopkAndSortScatterToTheTakenElements) {
+  const std::vector<Attrs> topk = {{{"k", "2"}, {"ret_typ", "value"}},
+                                   {{"k", "3"}, {"ret_typ", "both"}, {"axis", "0"}, {"is_ascend", "True"}},
+                                   {{"k", "5"}, {"ret_typ", "value"}, {"axis", "1"}},
+                                   {{"k", "4"}, {"ret_typ", "value"}, {"axis", "None"}}};
+  for (const Attrs& a : topk) {
+    SCOPED_TRACE("topk " + ::testing::PrintToString(a));
+    EXPECT_TRUE(check_gradients(unary("topk", {3, 5, 2}, a, {0})));
+  }
+  for (const Attrs& a : {Attrs{}, Attrs{{"axis", "0"}, {"is_ascend", "False"}}, Attrs{{"axis", "None"}}}) {
+    SCOPED_TRACE("sort " + ::testing::PrintToString(a));
+    EXPECT_TRUE(check_gradients(unary("sort", {3, 5, 2}, a)));
+  }
+  // The largest of each row of [[1, 3, 2], [0, -1, 5]] takes the head gradient [10, 20].
+  const engine::BackwardGraph bg =
+      engine::build_backward(unary("topk", {2, 3}, {{"k", "1"}, {"ret_typ", "value"}}), {.wrt = {}, .with_inputs = true});
+  const runtime::Bindings vars = {{"x", values(DType::f64, {2, 3}, {1, 3, 2, 0, -1, 5})},
+                                  {bg.head_grads.at(0), values(DType::f64, {2, 1}, {10, 20})}};
+  EXPECT_EQ(runtime::to_f64_vector(runtime::interpret(bg.graph, vars).at(1)), (std::vector<double>{0, 10, 0, 0, 0, 20}));
+  for (const char* ret : {"indices", "mask"}) {
+    const engine::BackwardGraph none =
+        engine::build_backward(unary("topk", {2, 3}, {{"k", "1"}, {"ret_typ", ret}}), {.wrt = {}, .with_inputs = true});
+    EXPECT_EQ(std::count_if(none.graph.nodes.begin(), none.graph.nodes.end(),
+                            [](const ir::Node& n) { return n.op == "_backward_topk"; }),
+              0)
+        << ret;
+  }
+}
+
 // MXNet gives every element equal to the maximum (minimum) the whole gradient.
 TEST(TensorGradients, MaxAndMinGiveEveryTiedElementTheWholeGradient) {
   for (const char* op : {"max", "min"}) {

@@ -400,7 +400,8 @@ Command add_run_command(CLI::App& parent) {
                 "finite elements");
   cmd->footer("Variables without --inputs or --params get seeded random values: inputs uniform in [-1, 1), weights\n"
               "scaled by 1/sqrt(fan-in), BatchNorm variances in [0.5, 1.5), token ids below the vocabulary\n"
-              "of the Embedding that reads them. The same seed gives the same values on every platform.");
+              "of the Embedding that reads them, SoftmaxOutput labels below its class count. The same seed\n"
+              "gives the same values on every platform.");
   return {cmd, [o] { return run_model(*o); }};
 }
 

@@ -205,7 +205,15 @@ OpDef linalg_gemm_def(const char* name, bool with_c) {
     ctx.outputs[0] = TensorType{dtype, out};
   };
   d.amp_bf16 = d.amp_fp16 = AmpClass::fp32;
-  if (!with_c) d.gradient = [](GradContext& c) { return matmul_gradient(c, "_linalg_gemm2", {"alpha"}); };
+  // alpha op(A) op(B) [+ beta C]: the products' gradients as _linalg_gemm2's, C's beta dy.
+  d.gradient = [with_c](GradContext& c) {
+    InputGrads grads = matmul_gradient(c, "_linalg_gemm2", {"alpha"});
+    if (!with_c) return grads;
+    grads.resize(3);
+    if (c.wants(2) && c.out_grad_opt(0))
+      grads[2] = c.emit("_mul_scalar", {*c.out_grad_opt(0)}, {{"scalar", format_mxnet_attr(c.attrs().get("beta"))}});
+    return grads;
+  };
   return d;
 }
 

@@ -1,11 +1,19 @@
 // Reductions beyond sum/mean/max (norm, nansum, nanprod, the index-returning argmax,
-// argmin, argmax_channel) and the sorting ops (topk, sort, argsort): schemas and type
-// inference. The kernels are in runtime/reference/ordering_kernels.cpp.
+// argmin, argmax_channel) and the sorting ops (topk, sort, argsort): schemas, type
+// inference and gradients. The kernels are in runtime/reference/ordering_kernels.cpp.
+//
+// Gradients: indices (argmax, argmin, argmax_channel, argsort, topk's indices and mask)
+// get none, as MXNet's MakeZeroGradNodes; topk's and sort's values send each element's
+// gradient back to where it came from, `_backward_topk(data, dy)` / `_backward_sort(data,
+// dy)` under the forward's attributes, whose kernels order each row again (the same order,
+// ties included) and scatter; nansum and nanprod have sum's and prod's gradients, zero at
+// the NaN elements (MXNet's nansum_grad and nanprod_grad).
 //
 // AMP classes from MXNet 1.9.1's lists, per target: norm, nansum, nanprod, topk and
 // argsort are fp32 for both; argmax, argmin, argmax_channel and sort are neutral for fp16
 // (FP16_FP32_FUNCS) and fp32 for bf16 (MXNet's bf16 list has them in FP32_FUNCS).
 #include "ir/error.h"
+#include "ir/gradient.h"
 #include "ir/ops/nn_ops.h"
 #include "ir/ops/nn_ordering.h"
 #include "ir/ops/nn_params.h"
@@ -129,6 +137,7 @@ OpDef argmax_channel_def() {
   };
   d.amp_fp16 = AmpClass::neutral;
   d.amp_bf16 = AmpClass::fp32;
+  d.gradient = no_gradient;
   return d;
 }
 
@@ -189,6 +198,18 @@ OpDef nan_fold_def(const char* name) {
     ctx.outputs[0] = TensorType{data->dtype, reduce_plan(data->shape, ctx.attrs).out};
   };
   d.amp_bf16 = d.amp_fp16 = AmpClass::fp32;
+  const bool prod = std::string(name) == "nanprod";
+  d.gradient = [prod](GradContext& c) -> InputGrads {
+    const TensorType in = c.input_type(0);
+    const Shape kept = reduce_plan(in.shape, c.attrs()).kept;
+    const ValueRef x = c.input(0);
+    Attrs to_input;
+    to_input.set("shape", std::vector<int64_t>(in.shape.begin(), in.shape.end()));
+    ValueRef grad = c.emit_typed("broadcast_to", {c.reshape(c.out_grad(0), kept)}, std::move(to_input));
+    if (prod) grad = c.emit("elemwise_mul", {c.emit("broadcast_div", {c.reshape(c.output(0), kept), x}), grad});
+    // x == x is false at NaN only; where() keeps prod's NaN quotient out of the result.
+    return {c.emit("where", {c.emit("_equal", {x, x}), grad, c.zeros_like(x)})};
+  };
   return d;
 }
 
@@ -228,6 +249,11 @@ OpDef topk_def() {
     if (ret == "both") ctx.outputs[1] = indices;
   };
   d.amp_bf16 = d.amp_fp16 = AmpClass::fp32;
+  d.gradient = [](GradContext& c) -> InputGrads {
+    const std::string ret = c.attrs().get_string("ret_typ");
+    if ((ret != "value" && ret != "both") || !c.out_grad_opt(0)) return {std::nullopt};
+    return {c.emit_typed("_backward_topk", {c.input(0), *c.out_grad_opt(0)}, c.attrs())};
+  };
   return d;
 }
 
@@ -249,6 +275,32 @@ OpDef sort_def(const char* name, bool indices) {
   };
   d.amp_bf16 = AmpClass::fp32;
   d.amp_fp16 = indices ? AmpClass::fp32 : AmpClass::neutral;
+  if (indices) d.gradient = no_gradient;
+  else
+    d.gradient = [](GradContext& c) -> InputGrads {
+      return {c.emit_typed("_backward_sort", {c.input(0), c.out_grad(0)}, c.attrs())};
+    };
+  return d;
+}
+
+// _backward_topk / _backward_sort (data, dy): dy's elements at the positions the forward
+// took them from, zeros elsewhere; dy has the forward's value output type.
+OpDef ordering_backward_def(const OpDef& forward) {
+  OpDef d;
+  d.name = "_backward_" + forward.name;
+  d.kind = OpKind::compute;
+  d.inputs = {{"data"}, {"out_grad"}};
+  d.attrs = forward.attrs;
+  const bool is_topk = forward.name == "topk";
+  d.infer = [is_topk](InferContext& ctx) {
+    const TensorType data = ctx.in(0);
+    require_float(data, "the data");
+    const TensorType want{data.dtype, sort_plan(data.shape, ctx.attrs, is_topk).out};
+    if (ctx.in(1) != want)
+      fail("input 1 (out_grad) is {} but the forward's values are {}", type_str(ctx.in(1)), type_str(want));
+    ctx.outputs[0] = data;
+  };
+  d.amp_bf16 = d.amp_fp16 = AmpClass::neutral;
   return d;
 }
 
@@ -264,6 +316,8 @@ void register_ordering_ops(OpRegistry& r) {
   r.add(topk_def());
   r.add(sort_def("sort", false));
   r.add(sort_def("argsort", true));
+  r.add(ordering_backward_def(r.get("topk")));
+  r.add(ordering_backward_def(r.get("sort")));
 }
 
 }  // namespace ampfuse::ir::nn

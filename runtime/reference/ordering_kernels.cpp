@@ -1,5 +1,6 @@
 // Reference kernels: argmax, argmin, argmax_channel, norm, nansum, nanprod, topk, sort,
-// argsort (schemas and shape rules in ir/ops/nn_ordering.cpp).
+// argsort and the gradients of topk and sort (schemas and shape rules in
+// ir/ops/nn_ordering.cpp).
 //
 // Ties: MXNet's CPU topk, sort and argsort order the indices of each row with std::sort
 // (when k * 8 > n) or std::partial_sort (the first k), comparing values with < (ascending)
@@ -133,11 +134,14 @@ void order_row(std::vector<int64_t>& idx, const std::vector<T>& vals, int64_t k,
 }
 
 // topk (is_topk) and sort / argsort: `values` and `indices` name the outputs to write
-// (either may be null), `mask` topk's mask output.
+// (either may be null), `mask` topk's mask output; their gradients (_backward_topk,
+// _backward_sort) give `dy`, the values' gradient, to scatter into `dx`.
 struct SortOutputs {
   Tensor* values = nullptr;
   Tensor* indices = nullptr;
   Tensor* mask = nullptr;
+  const Tensor* dy = nullptr;
+  Tensor* dx = nullptr;
 };
 
 void sort_rows(const ir::Node& node, const Tensor& in, bool is_topk, bool ascend, SortOutputs outs) {
@@ -149,6 +153,8 @@ void sort_rows(const ir::Node& node, const Tensor& in, bool is_topk, bool ascend
     std::vector<T> values(outs.values ? kept : 0);
     std::vector<double> indices(outs.indices ? kept : 0);
     std::vector<T> mask(outs.mask ? x.size() : 0, T(0));
+    const std::vector<T> dy = outs.dy ? load<T>(*outs.dy) : std::vector<T>();
+    std::vector<T> dx(outs.dx ? x.size() : 0, T(0));
     std::vector<T> row(static_cast<size_t>(r.n));
     std::vector<int64_t> idx(static_cast<size_t>(r.n));
     for (int64_t o = 0; o < r.outer; ++o)
@@ -160,11 +166,13 @@ void sort_rows(const ir::Node& node, const Tensor& in, bool is_topk, bool ascend
           if (outs.values) values[at] = row[idx[i]];
           if (outs.indices) indices[at] = static_cast<double>(idx[i]);
           if (outs.mask) mask[row_at(r, o, j, idx[i])] = T(1);
+          if (outs.dx) dx[row_at(r, o, j, idx[i])] = dy[at];
         }
       }
     if (outs.values) store(values, *outs.values);
     if (outs.indices) store(indices, *outs.indices);
     if (outs.mask) store(mask, *outs.mask);
+    if (outs.dx) store(dx, *outs.dx);
   });
 }
 
@@ -201,6 +209,12 @@ void register_ordering_kernels() {
   });
   register_reference_kernel("argsort", [](const ir::Node& n, std::span<const Tensor> in, std::span<Tensor> out) {
     sort_rows(n, in[0], false, n.attrs.get_bool("is_ascend"), {.indices = &out[0]});
+  });
+  register_reference_kernel("_backward_topk", [](const ir::Node& n, std::span<const Tensor> in, std::span<Tensor> out) {
+    sort_rows(n, in[0], true, n.attrs.get_bool("is_ascend"), {.dy = &in[1], .dx = &out[0]});
+  });
+  register_reference_kernel("_backward_sort", [](const ir::Node& n, std::span<const Tensor> in, std::span<Tensor> out) {
+    sort_rows(n, in[0], false, n.attrs.get_bool("is_ascend"), {.dy = &in[1], .dx = &out[0]});
   });
 }
 
