@@ -1,5 +1,7 @@
 #include "ir/custom_ops.h"
 
+#include "ir/gradient.h"
+
 #include <algorithm>
 
 #include "ir/error.h"
@@ -73,6 +75,12 @@ OpDef make_custom_op_def() {
   // MXNet's AMP lists put Custom among the fp32 ops: its Python body sees whatever type
   // it is given and cannot be trusted with a narrower one.
   d.amp_bf16 = d.amp_fp16 = AmpClass::fp32;
+  d.gradient = [](GradContext& c) {
+    const CustomOpDef& def = custom_op(c.attrs().get_string("op_type"));
+    if (!def.zero_gradient)
+      fail("Custom op_type '{}' has no gradient rule: its backward is Python code ampfuse does not have", def.op_type);
+    return InputGrads(c.num_inputs());
+  };
   return d;
 }
 

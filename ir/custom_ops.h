@@ -23,6 +23,10 @@ struct CustomOpDef {
   int num_outputs = 1;
   // Infers the outputs from the typed extra attributes (see custom_op_attrs).
   std::function<void(const Attrs& typed, InferContext& ctx)> infer;
+  // Whether its outputs stay constant as its float inputs move (a length mask, a table of
+  // constants), so that it gives its inputs no gradient. Otherwise differentiating through
+  // it is an error: its backward would be Python code ampfuse does not have.
+  bool zero_gradient = false;
 };
 
 class CustomOpRegistry {

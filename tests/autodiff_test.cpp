@@ -2,6 +2,7 @@
 // recipes (ir/scalar_derivative.h), checked against finite differences in f64.
 #include "engine/passes/autodiff.h"
 #include "ir/builder.h"
+#include "ir/custom_ops.h"
 #include "ir/op_registry.h"
 #include "ir/text_format.h"
 #include "ir/type_inference.h"
@@ -123,9 +124,17 @@ TEST(Autodiff, ErrorsNameTheNodeAndTheVariable) {
   EXPECT_ERROR(engine::build_backward(g, {.wrt = {"nope"}}), "no variable of that name");
   EXPECT_ERROR(engine::build_backward(g), "no float param");
   ir::GraphBuilder b;
-  ir::ValueRef x = b.input("x", {DType::f32, {1, 4, 6}});
-  b.output(b.op("_contrib_box_nms", {x}, {}));
-  EXPECT_ERROR(engine::build_backward(b.finish(), {.wrt = {"x"}}), "_contrib_box_nms has no gradient rule");
+  // A custom op whose Python backward ampfuse does not have.
+  if (!ir::CustomOpRegistry::global().find("test_opaque_backward")) {
+    ir::CustomOpDef opaque;
+    opaque.op_type = "test_opaque_backward";
+    opaque.inputs = {"data"};
+    opaque.infer = [](const ir::Attrs&, ir::InferContext& ctx) { ctx.outputs[0] = ctx.inputs[0]; };
+    ir::CustomOpRegistry::global().add(std::move(opaque));
+  }
+  ir::ValueRef x = b.input("x", {DType::f32, {2, 3}});
+  b.output(b.op("Custom", {x}, {{"op_type", "test_opaque_backward"}}));
+  EXPECT_ERROR(engine::build_backward(b.finish(), {.wrt = {"x"}}), "Custom op_type 'test_opaque_backward' has no gradient rule");
 }
 
 }  // namespace

@@ -4,13 +4,16 @@
 // sort order and ties, topk, valid_thresh, id_index, force_suppress, background_id, the
 // formats, the -1 rows; box_decode's formats, stds and clip; ROIAlign's adaptive and fixed
 // sampling grids, `aligned`, regions partly or wholly outside the features, a negative
-// batch index. Then type inference's refusals.
+// batch index. Then type inference's refusals, and the gradients (MXNet's: box_nms routes
+// each kept row's gradient back whole, ROIAlign spreads it over the bilinear taps,
+// box_decode has none).
 #include "engine/execution/executor.h"
 #include "engine/lower.h"
 #include "ir/builder.h"
 #include "ir/error.h"
 #include "ir/op_registry.h"
 #include "runtime/interpreter.h"
+#include "tests/gradient_check.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -81,6 +84,59 @@ TEST(ContribDetection, KeptBoxesComeHighestScoreFirst) {
   const Tensor out = runtime::interpret(g, {{"x0", boxes}})[0];
   EXPECT_FLOAT_EQ(out.get_f64(1), 0.9f);
   EXPECT_FLOAT_EQ(out.get_f64(7), 0.2f);
+}
+
+Tensor f64_tensor(const Shape& shape, const std::vector<double>& v) {
+  Tensor t(TensorType{DType::f64, shape});
+  for (size_t i = 0; i < v.size(); ++i) t.set_f64(static_cast<int64_t>(i), v[i]);
+  return t;
+}
+
+// ROIAlign is linear in the features: finite differences are exact whatever the regions,
+// here one inside, one partly outside, one with a negative batch index (no gradient).
+TEST(ContribDetection, RoiAlignGradientSpreadsOverTheTaps) {
+  const Tensor rois = f64_tensor({3, 5}, {0, 1, 1, 6, 5, 1, -2, 3, 4, 9, -1, 0, 0, 2, 2});
+  for (const Attrs& a : {Attrs{{"pooled_size", "(2,3)"}, {"spatial_scale", "0.5"}},
+                         Attrs{{"pooled_size", "(3,2)"}, {"spatial_scale", "1"}, {"sample_ratio", "2"}, {"aligned", "True"}}}) {
+    SCOPED_TRACE(::testing::PrintToString(a));
+    ir::GraphBuilder b;
+    b.output(b.op("_contrib_ROIAlign", {b.input("data", {DType::f64, {2, 3, 5, 7}}), b.input("rois", rois.type())}, a));
+    EXPECT_TRUE(testing::check_gradients(b.finish(), {.wrt = {"data"}, .given = {{"rois", rois}}, .max_elements = 210}));
+  }
+}
+
+// Kept rows carry their gradient back to the rows they came from; the suppressed row (IoU
+// 0.85 with a higher-scoring one) and the -1 rows get zeros. With out_format != in_format
+// the row is still copied back as it is (MXNet's nms_backward: no conversion Jacobian).
+TEST(ContribDetection, BoxNmsGradientGoesBackToTheKeptRows) {
+  const Tensor boxes = f64_tensor({1, 4, 6}, {0, 0.5, 0, 0, 2, 2,  0, 0.9, 0, 0, 2, 1.7,
+                                              0, 0.7, 5, 5, 6, 6,  0, 0.1, 9, 9, 9.5, 9.5});
+  ir::GraphBuilder b;
+  b.output(b.op("_contrib_box_nms", {b.input("data", boxes.type())}, {{"valid_thresh", "0.2"}}));
+  const ir::Graph g = b.finish();
+  EXPECT_TRUE(testing::check_gradients(g, {.given = {{"data", boxes}}, .max_elements = 24}));
+  for (const char* out_format : {"corner", "center"}) {
+    SCOPED_TRACE(out_format);
+    ir::GraphBuilder c;
+    c.output(c.op("_contrib_box_nms", {c.input("data", boxes.type())}, {{"valid_thresh", "0.2"}, {"out_format", out_format}}));
+    const engine::BackwardGraph bg = engine::build_backward(c.finish(), {.wrt = {}, .with_inputs = true});
+    std::vector<double> dy(24);
+    for (size_t i = 0; i < dy.size(); ++i) dy[i] = static_cast<double>(i + 1);
+    const Tensor dx = runtime::interpret(bg.graph, {{"data", boxes}, {bg.head_grads.at(0), f64_tensor({1, 4, 6}, dy)}}).at(1);
+    // Output rows: input row 1 (score 0.9), then row 2 (0.7); row 0 is suppressed, row 3 invalid.
+    std::vector<double> want(24, 0);
+    for (int k = 0; k < 6; ++k) want[6 + k] = dy[k], want[12 + k] = dy[6 + k];
+    EXPECT_EQ(runtime::to_f64_vector(dx), want);
+  }
+}
+
+// box_decode has no gradient (MXNet: MakeZeroGradNodes): the offsets' gradient is zeros.
+TEST(ContribDetection, BoxDecodeHasNoGradient) {
+  ir::GraphBuilder b;
+  b.output(b.op("_contrib_box_decode", {b.input("data", {DType::f32, {1, 3, 4}}), b.input("anchors", {DType::f32, {1, 3, 4}})}));
+  const engine::BackwardGraph bg = engine::build_backward(b.finish(), {.wrt = {"data"}});
+  const runtime::Bindings vars = runtime::random_bindings(bg.graph, 1);
+  EXPECT_EQ(runtime::to_f64_vector(runtime::interpret(bg.graph, vars).at(1)), std::vector<double>(12, 0.0));
 }
 
 // In a graph, between fused elementwise kernels, under bf16 AMP: the executor runs each op's

@@ -1,11 +1,15 @@
 // MXNet's contrib detection ops that GluonCV's detectors export: _contrib_box_nms (SSD,
 // YOLOv3, Faster R-CNN), _contrib_box_decode (SSD) and _contrib_ROIAlign (Faster and Mask
-// R-CNN). Schemas and type
-// inference; runtime/reference/detection_kernels.cpp computes them, with MXNet 1.9.1's
+// R-CNN). Schemas, type inference and gradients (MXNet's: box_nms copies each kept row's
+// gradient back to its input row, box_decode has none, ROIAlign spreads each output's
+// gradient over its bilinear taps and gives the rois none);
+// runtime/reference/detection_kernels.cpp computes them, with MXNet 1.9.1's
 // semantics (src/operator/contrib/bounding_box-inl.h), docs/ops.md "Contrib detection ops".
 #include "ir/ops/contrib_detection.h"
 
 #include "ir/error.h"
+#include "ir/gradient.h"
+#include "ir/ops/op_helpers.h"
 #include "ir/ops/nn_ops.h"
 
 namespace ampfuse::ir {
@@ -57,6 +61,33 @@ OpDef box_nms_def() {
   };
   // MXNet 1.9.1: WIDEST_TYPE_CASTS for both targets.
   d.amp_bf16 = d.amp_fp16 = AmpClass::widest;
+  d.gradient = [](GradContext& c) -> InputGrads {
+    if (!c.out_grad_opt(0)) return {std::nullopt};
+    return {c.emit_typed("_backward_contrib_box_nms", {c.input(0), *c.out_grad_opt(0)}, c.attrs())};
+  };
+  return d;
+}
+
+// A backward op of a detection op: the forward's inputs and the output's gradient in, the
+// first input's gradient out.
+OpDef detection_backward_def(const OpDef& forward, std::string name, std::vector<InputSlot> inputs) {
+  OpDef d;
+  d.name = std::move(name);
+  d.kind = OpKind::compute;
+  d.inputs = std::move(inputs);
+  d.attrs = forward.attrs;
+  d.infer = [infer = forward.infer, n = d.inputs.size()](InferContext& ctx) {
+    // The gradient must have the forward output's type.
+    InferContext fwd = ctx;
+    fwd.inputs.resize(n - 1);
+    fwd.outputs.assign(1, std::nullopt);
+    infer(fwd);
+    if (!fwd.outputs[0] || ctx.in(n - 1) != *fwd.outputs[0])
+      fail("input {} (out_grad) is {} but the forward output is {}", n - 1, type_str(ctx.in(n - 1)),
+           fwd.outputs[0] ? type_str(*fwd.outputs[0]) : std::string("unknown"));
+    ctx.outputs[0] = ctx.in(0);
+  };
+  d.amp_bf16 = d.amp_fp16 = AmpClass::neutral;
   return d;
 }
 
@@ -86,6 +117,7 @@ OpDef box_decode_def() {
   // Not in MXNet 1.9.1's AMP lists. Its outputs are pixel coordinates (hundreds), which
   // bf16 would round to whole pixels or worse: it runs in f32.
   d.amp_bf16 = d.amp_fp16 = AmpClass::fp32;
+  d.gradient = no_gradient;  // MXNet: MakeZeroGradNodes
   return d;
 }
 
@@ -118,6 +150,10 @@ OpDef roi_align_def() {
   };
   // MXNet 1.9.1: WIDEST_TYPE_CASTS for both targets.
   d.amp_bf16 = d.amp_fp16 = AmpClass::widest;
+  d.gradient = [](GradContext& c) -> InputGrads {
+    if (!c.out_grad_opt(0) || !c.wants(0)) return {std::nullopt, std::nullopt};
+    return {c.emit_typed("_backward_ROIAlign", {c.input(0), c.input(1), *c.out_grad_opt(0)}, c.attrs()), std::nullopt};
+  };
   return d;
 }
 
@@ -127,6 +163,8 @@ void register_contrib_detection_ops(OpRegistry& r) {
   r.add(box_nms_def());
   r.add(box_decode_def());
   r.add(roi_align_def());
+  r.add(detection_backward_def(r.get("_contrib_box_nms"), "_backward_contrib_box_nms", {{"data"}, {"out_grad"}}));
+  r.add(detection_backward_def(r.get("_contrib_ROIAlign"), "_backward_ROIAlign", {{"data"}, {"rois"}, {"out_grad"}}));
 }
 
 }  // namespace ampfuse::ir

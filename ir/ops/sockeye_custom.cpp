@@ -1,7 +1,8 @@
 // Sockeye 1.18's custom ops (sockeye/transformer.py, sockeye/encoder.py): schemas and
 // type inference. Their values are computed by runtime/reference/sockeye_kernels.cpp.
 //
-// All three produce float32 whatever their input, as Sockeye's infer_type declares.
+// All three produce float32 whatever their input, as Sockeye's infer_type declares, and
+// none has a gradient (constants and a mask of lengths; Sockeye's backward assigns none).
 #include "ir/custom_ops.h"
 #include "ir/error.h"
 
@@ -17,6 +18,7 @@ int64_t positive(const Attrs& a, const std::string& name) {
 
 CustomOpDef positional_encodings() {
   CustomOpDef d;
+  d.zero_gradient = true;
   d.op_type = "positional_encodings";
   d.attrs = {{"length", AttrKind::Int, std::nullopt, {}}, {"depth", AttrKind::Int, std::nullopt, {}}};
   d.infer = [](const Attrs& a, InferContext& ctx) {
@@ -31,6 +33,7 @@ CustomOpDef positional_encodings() {
 
 CustomOpDef auto_regressive_bias() {
   CustomOpDef d;
+  d.zero_gradient = true;
   d.op_type = "auto_regressive_bias";
   d.attrs = {{"length", AttrKind::Int, std::nullopt, {}}};
   d.infer = [](const Attrs& a, InferContext& ctx) {
@@ -42,6 +45,7 @@ CustomOpDef auto_regressive_bias() {
 
 CustomOpDef variable_length_bias() {
   CustomOpDef d;
+  d.zero_gradient = true;
   d.op_type = "variable_length_bias";
   d.attrs = {{"max_length", AttrKind::Int, std::nullopt, {}}};
   d.inputs = {"data"};

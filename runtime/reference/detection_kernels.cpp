@@ -53,58 +53,71 @@ T box_area(const T* box, bool center) {
 //      >= 0 are converted (MXNet's check for the -1 rows, which also skips real boxes left of
 //      or above the origin).
 // topk = 0 copies the input. Nothing valid in any batch: every row is -1.
-void box_nms(const ir::Node& node, std::span<const Tensor> in, std::span<Tensor> out) {
-  const ir::Attrs& a = node.attrs;
-  const ir::Shape& shape = in[0].shape();
+// For each output row (batch-major), the input row it copies, or -1: steps 1-4 above.
+// topk < 1 copies every row.
+template <class T>
+std::vector<int64_t> nms_sources(const ir::Attrs& a, const ir::Shape& shape, const std::vector<T>& x) {
   const int64_t width = shape.back(), num = shape[shape.size() - 2];
-  const int64_t batches = num == 0 ? 0 : in[0].size() / (num * width);
+  const int64_t batches = num == 0 ? 0 : static_cast<int64_t>(x.size()) / (num * width);
   const int64_t coord = a.get_int("coord_start"), score_at = a.get_int("score_index");
   const int64_t id_at = a.get_int("id_index"), background = a.get_int("background_id");
-  const bool force = a.get_bool("force_suppress");
-  const bool in_center = is_center(a, "in_format"), out_center = is_center(a, "out_format");
+  const bool force = a.get_bool("force_suppress"), in_center = is_center(a, "in_format");
   const int64_t topk = a.get_int("topk") < 0 ? num : std::min(num, a.get_int("topk"));
   const double overlap = a.get_float("overlap_thresh"), valid = a.get_float("valid_thresh");
+  std::vector<int64_t> source(static_cast<size_t>(batches * num), -1);
+  if (topk < 1) {
+    std::iota(source.begin(), source.end(), int64_t{0});
+    return source;
+  }
+  const auto row = [&](int64_t b, int64_t i) { return x.data() + (b * num + i) * width; };
+  for (int64_t b = 0; b < batches; ++b) {
+    std::vector<int64_t> order;
+    for (int64_t i = 0; i < num; ++i) {
+      const T* r = row(b, i);
+      const bool is_background = id_at >= 0 && background >= 0 && static_cast<int64_t>(r[id_at]) == background;
+      if (r[score_at] > static_cast<T>(valid) && !is_background) order.push_back(i);
+    }
+    std::stable_sort(order.begin(), order.end(),
+                     [&](int64_t i, int64_t j) { return row(b, i)[score_at] > row(b, j)[score_at]; });
+    order.resize(std::min<size_t>(order.size(), static_cast<size_t>(topk)));
+    std::vector<bool> suppressed(order.size(), false);
+    for (size_t k = 0; k < order.size(); ++k) {
+      if (suppressed[k]) continue;
+      const T* ref_box = row(b, order[k]);
+      for (size_t m = k + 1; m < order.size(); ++m) {
+        if (suppressed[m]) continue;
+        const T* box = row(b, order[m]);
+        if (!force && id_at >= 0 && static_cast<int64_t>(ref_box[id_at]) != static_cast<int64_t>(box[id_at])) continue;
+        T inter = overlap_1d(ref_box + coord, box + coord, in_center);
+        inter *= overlap_1d(ref_box + coord + 1, box + coord + 1, in_center);
+        const T iou = inter / (box_area(ref_box + coord, in_center) + box_area(box + coord, in_center) - inter);
+        if (iou > static_cast<T>(overlap)) suppressed[m] = true;
+      }
+    }
+    int64_t kept = 0;
+    for (size_t k = 0; k < order.size(); ++k)
+      if (!suppressed[k]) source[b * num + kept++] = b * num + order[k];
+  }
+  return source;
+}
 
+void box_nms(const ir::Node& node, std::span<const Tensor> in, std::span<Tensor> out) {
+  const ir::Attrs& a = node.attrs;
+  const int64_t width = in[0].shape().back(), coord = a.get_int("coord_start");
+  const bool in_center = is_center(a, "in_format"), out_center = is_center(a, "out_format");
   ref::with_compute_type({in[0].dtype()}, [&]<class T>() {
     const std::vector<T> x = ref::load<T>(in[0]);
-    if (topk < 1) {
+    if (a.get_int("topk") == 0) {  // a copy, formats as they are (MXNet)
       ref::store(x, out[0]);
       return;
     }
+    const std::vector<int64_t> source = nms_sources(a, in[0].shape(), x);
     std::vector<T> y(x.size(), T(-1));
-    const auto row = [&](int64_t b, int64_t i) { return x.data() + (b * num + i) * width; };
-    for (int64_t b = 0; b < batches; ++b) {
-      std::vector<int64_t> order;
-      for (int64_t i = 0; i < num; ++i) {
-        const T* r = row(b, i);
-        const bool is_background = id_at >= 0 && background >= 0 && static_cast<int64_t>(r[id_at]) == background;
-        if (r[score_at] > static_cast<T>(valid) && !is_background) order.push_back(i);
-      }
-      std::stable_sort(order.begin(), order.end(),
-                       [&](int64_t i, int64_t j) { return row(b, i)[score_at] > row(b, j)[score_at]; });
-      order.resize(std::min<size_t>(order.size(), static_cast<size_t>(topk)));
-      std::vector<bool> suppressed(order.size(), false);
-      for (size_t k = 0; k < order.size(); ++k) {
-        if (suppressed[k]) continue;
-        const T* ref_box = row(b, order[k]);
-        for (size_t m = k + 1; m < order.size(); ++m) {
-          if (suppressed[m]) continue;
-          const T* box = row(b, order[m]);
-          if (!force && id_at >= 0 && static_cast<int64_t>(ref_box[id_at]) != static_cast<int64_t>(box[id_at]))
-            continue;
-          T inter = overlap_1d(ref_box + coord, box + coord, in_center);
-          inter *= overlap_1d(ref_box + coord + 1, box + coord + 1, in_center);
-          const T iou = inter / (box_area(ref_box + coord, in_center) + box_area(box + coord, in_center) - inter);
-          if (iou > static_cast<T>(overlap)) suppressed[m] = true;
-        }
-      }
-      int64_t kept = 0;
-      for (size_t k = 0; k < order.size(); ++k)
-        if (!suppressed[k]) std::copy_n(row(b, order[k]), width, y.data() + (b * num + kept++) * width);
-    }
+    for (size_t r = 0; r < source.size(); ++r)
+      if (source[r] >= 0) std::copy_n(x.data() + source[r] * width, width, y.data() + static_cast<int64_t>(r) * width);
     if (in_center != out_center)
-      for (int64_t r = 0; r < batches * num; ++r) {
-        T* c = y.data() + r * width + coord;
+      for (size_t r = 0; r < source.size(); ++r) {
+        T* c = y.data() + static_cast<int64_t>(r) * width + coord;
         if (c[0] < 0) continue;
         if (out_center) {
           const T l = c[0], t = c[1], rt = c[2], bt = c[3];
@@ -115,6 +128,22 @@ void box_nms(const ir::Node& node, std::span<const Tensor> in, std::span<Tensor>
         }
       }
     ref::store(y, out[0]);
+  });
+}
+
+// _backward_contrib_box_nms(data, dy): each output row's gradient, whole, added to the input
+// row it came from (MXNet's nms_backward: a copy, without the format conversion's Jacobian);
+// suppressed and -1 rows get zeros.
+void box_nms_backward(const ir::Node& node, std::span<const Tensor> in, std::span<Tensor> out) {
+  const int64_t width = in[0].shape().back();
+  ref::with_compute_type({in[0].dtype()}, [&]<class T>() {
+    const std::vector<T> x = ref::load<T>(in[0]), dy = ref::load<T>(in[1]);
+    const std::vector<int64_t> source = nms_sources(node.attrs, in[0].shape(), x);
+    std::vector<T> dx(x.size(), T(0));
+    for (size_t r = 0; r < source.size(); ++r)
+      if (source[r] >= 0)
+        for (int64_t k = 0; k < width; ++k) dx[source[r] * width + k] += dy[static_cast<int64_t>(r) * width + k];
+    ref::store(dx, out[0]);
   });
 }
 
@@ -184,59 +213,110 @@ void bilinear_taps(T y, T x, int64_t height, int64_t width, T w[4], int64_t pos[
 // bins; each output is the mean of grid_h x grid_w bilinear samples at the centres of a
 // regular grid in its bin (grid = sample_ratio, or ceil(region extent / pooled extent)). A
 // region with a negative batch index gives zeros, and zeroes output element r (MXNet's).
-void roi_align(const ir::Node& node, std::span<const Tensor> in, std::span<Tensor> out) {
-  const ir::Attrs& a = node.attrs;
+// Visits every bilinear sample of every output element of ROIAlign, in the order the
+// forward sums them: visit(out_index, plane_offset, w, pos) once per sample, after
+// begin(out_index) and before end(out_index, count). A region with a negative batch index
+// calls skipped(r) instead (see roi_align).
+template <class T, class Begin, class Visit, class End, class Skipped>
+void for_each_roi_sample(const ir::Attrs& a, const ir::Shape& ds, const std::vector<T>& rois, Begin begin,
+                         Visit visit, End end, Skipped skipped) {
   const std::vector<int64_t>& pooled = a.get_ints("pooled_size");
   const int64_t ph_n = pooled[0], pw_n = pooled[1];
   const int64_t sample_ratio = a.get_int("sample_ratio");
   const bool aligned = a.get_bool("aligned");
-  const ir::Shape& ds = in[0].shape();
   const int64_t batch = ds[0], channels = ds[1], height = ds[2], width = ds[3];
-  const int64_t regions = in[1].shape()[0];
+  const int64_t regions = static_cast<int64_t>(rois.size()) / 5;
+  const T scale = static_cast<T>(a.get_float("spatial_scale"));
+  for (int64_t r = 0; r < regions; ++r) {
+    const T* roi = rois.data() + r * 5;
+    const int64_t b = static_cast<int64_t>(roi[0]);
+    if (b < 0) {
+      skipped(r);
+      continue;
+    }
+    if (b >= batch) fail("ROIAlign: region {} names batch {} of {}", r, b, batch);
+    const T offset = aligned ? T(0.5) : T(0);
+    const T x0 = roi[1] * scale - offset, y0 = roi[2] * scale - offset;
+    T roi_w = roi[3] * scale - offset - x0, roi_h = roi[4] * scale - offset - y0;
+    if (!aligned) roi_w = std::max(roi_w, T(1)), roi_h = std::max(roi_h, T(1));
+    const T bin_h = roi_h / static_cast<T>(ph_n), bin_w = roi_w / static_cast<T>(pw_n);
+    const int64_t grid_h = sample_ratio > 0 ? sample_ratio : static_cast<int64_t>(std::ceil(roi_h / static_cast<T>(ph_n)));
+    const int64_t grid_w = sample_ratio > 0 ? sample_ratio : static_cast<int64_t>(std::ceil(roi_w / static_cast<T>(pw_n)));
+    const T count = static_cast<T>(grid_h * grid_w);
+    for (int64_t c = 0; c < channels; ++c) {
+      const int64_t plane = (b * channels + c) * height * width;
+      for (int64_t ph = 0; ph < ph_n; ++ph)
+        for (int64_t pw = 0; pw < pw_n; ++pw) {
+          const int64_t o = ((r * channels + c) * ph_n + ph) * pw_n + pw;
+          begin(o);
+          for (int64_t iy = 0; iy < grid_h; ++iy) {
+            const T yy = y0 + static_cast<T>(ph) * bin_h + static_cast<T>(iy + 0.5f) * bin_h / static_cast<T>(grid_h);
+            for (int64_t ix = 0; ix < grid_w; ++ix) {
+              const T xx = x0 + static_cast<T>(pw) * bin_w + static_cast<T>(ix + 0.5f) * bin_w / static_cast<T>(grid_w);
+              T w[4];
+              int64_t pos[4];
+              bilinear_taps(yy, xx, height, width, w, pos);
+              visit(o, plane, w, pos);
+            }
+          }
+          end(o, count);
+        }
+    }
+  }
+}
+
+// ROIAlign: each region (batch b, x1, y1, x2, y2) is scaled by spatial_scale (and shifted by
+// -0.5 with `aligned`), given at least 1x1 extent (without `aligned`), and cut into PH x PW
+// bins; each output is the mean of grid_h x grid_w bilinear samples at the centres of a
+// regular grid in its bin (grid = sample_ratio, or ceil(region extent / pooled extent)). A
+// region with a negative batch index gives zeros, and zeroes output element r (MXNet's).
+void roi_align(const ir::Node& node, std::span<const Tensor> in, std::span<Tensor> out) {
   ref::with_compute_type({in[0].dtype(), in[1].dtype()}, [&]<class T>() {
     const std::vector<T> data = ref::load<T>(in[0]), rois = ref::load<T>(in[1]);
-    const T scale = static_cast<T>(a.get_float("spatial_scale"));
     std::vector<T> y(static_cast<size_t>(out[0].size()), T(0));
-    for (int64_t r = 0; r < regions; ++r) {
-      const T* roi = rois.data() + r * 5;
-      const int64_t b = static_cast<int64_t>(roi[0]);
-      if (b < 0) {
+    T sum = 0;
+    for_each_roi_sample<T>(
+        node.attrs, in[0].shape(), rois, [&](int64_t) { sum = 0; },
+        [&](int64_t, int64_t plane, const T* w, const int64_t* pos) {
+          const T* p = data.data() + plane;
+          sum += w[0] * p[pos[0]] + w[1] * p[pos[1]] + w[2] * p[pos[2]] + w[3] * p[pos[3]];
+        },
+        [&](int64_t o, T count) { y[o] = sum / count; },
         // MXNet 1.9.1 zeroes flat output element r here (its block was meant) and leaves the
         // region's block unwritten; its regions run in order, so a later one may write
         // element r again. Same here, the block being zeros.
-        y[r] = T(0);
-        continue;
-      }
-      if (b >= batch) fail("ROIAlign: region {} names batch {} of {}", r, b, batch);
-      const T offset = aligned ? T(0.5) : T(0);
-      const T x0 = roi[1] * scale - offset, y0 = roi[2] * scale - offset;
-      T roi_w = roi[3] * scale - offset - x0, roi_h = roi[4] * scale - offset - y0;
-      if (!aligned) roi_w = std::max(roi_w, T(1)), roi_h = std::max(roi_h, T(1));
-      const T bin_h = roi_h / static_cast<T>(ph_n), bin_w = roi_w / static_cast<T>(pw_n);
-      const int64_t grid_h = sample_ratio > 0 ? sample_ratio : static_cast<int64_t>(std::ceil(roi_h / static_cast<T>(ph_n)));
-      const int64_t grid_w = sample_ratio > 0 ? sample_ratio : static_cast<int64_t>(std::ceil(roi_w / static_cast<T>(pw_n)));
-      const T count = static_cast<T>(grid_h * grid_w);
-      for (int64_t c = 0; c < channels; ++c) {
-        const T* plane = data.data() + (b * channels + c) * height * width;
-        for (int64_t ph = 0; ph < ph_n; ++ph)
-          for (int64_t pw = 0; pw < pw_n; ++pw) {
-            T sum = 0;
-            for (int64_t iy = 0; iy < grid_h; ++iy) {
-              const T yy = y0 + static_cast<T>(ph) * bin_h + static_cast<T>(iy + 0.5f) * bin_h / static_cast<T>(grid_h);
-              for (int64_t ix = 0; ix < grid_w; ++ix) {
-                const T xx =
-                    x0 + static_cast<T>(pw) * bin_w + static_cast<T>(ix + 0.5f) * bin_w / static_cast<T>(grid_w);
-                T w[4];
-                int64_t pos[4];
-                bilinear_taps(yy, xx, height, width, w, pos);
-                sum += w[0] * plane[pos[0]] + w[1] * plane[pos[1]] + w[2] * plane[pos[2]] + w[3] * plane[pos[3]];
-              }
-            }
-            y[((r * channels + c) * ph_n + ph) * pw_n + pw] = sum / count;
-          }
-      }
-    }
+        [&](int64_t r) { y[r] = T(0); });
     ref::store(y, out[0]);
+  });
+}
+
+// _backward_ROIAlign(data, rois, dy): each output's gradient divided by its sample count
+// and spread over the samples' four taps with their weights (MXNet's ROIAlign backward);
+// regions with a negative batch index give nothing (and take flat element r's, see
+// roi_align). The rois get no gradient.
+void roi_align_backward(const ir::Node& node, std::span<const Tensor> in, std::span<Tensor> out) {
+  ref::with_compute_type({in[0].dtype(), in[1].dtype()}, [&]<class T>() {
+    const std::vector<T> rois = ref::load<T>(in[1]);
+    std::vector<T> dy = ref::load<T>(in[2]);
+    // The forward's zeroing of flat element r by a region r with a negative batch index
+    // comes after every region that could have written that element: it gets no gradient.
+    for (size_t r = 0; r < rois.size() / 5; ++r)
+      if (static_cast<int64_t>(rois[r * 5]) < 0 && r < dy.size()) dy[r] = T(0);
+    std::vector<T> dx(static_cast<size_t>(in[0].size()), T(0));
+    const ir::Shape& ds = in[0].shape();
+    // The sample count of a bin is known only at its end: gather the bin's taps first.
+    std::vector<std::pair<int64_t, T>> taps;
+    for_each_roi_sample<T>(
+        node.attrs, ds, rois, [&](int64_t) { taps.clear(); },
+        [&](int64_t, int64_t plane, const T* w, const int64_t* pos) {
+          for (int k = 0; k < 4; ++k) taps.emplace_back(plane + pos[k], w[k]);
+        },
+        [&](int64_t o, T count) {
+          const T g = dy[o] / count;
+          for (const auto& [at, w] : taps) dx[at] += g * w;
+        },
+        [](int64_t) {});
+    ref::store(dx, out[0]);
   });
 }
 
@@ -246,6 +326,8 @@ void register_detection_kernels() {
   register_reference_kernel("_contrib_box_nms", box_nms);
   register_reference_kernel("_contrib_box_decode", box_decode);
   register_reference_kernel("_contrib_ROIAlign", roi_align);
+  register_reference_kernel("_backward_contrib_box_nms", box_nms_backward);
+  register_reference_kernel("_backward_ROIAlign", roi_align_backward);
 }
 
 }  // namespace ampfuse::runtime
