@@ -39,6 +39,7 @@ MODELS = {
     'cifar_resnet20_v2-gluoncv-symbol.json': {'data': (2, 3, 32, 32)},
     'squeezenet_v1.1-mms-legacy-symbol.json': {'data': (1, 3, 64, 64)},
     'vgg_small-mkldnn-test-symbol.json': {'data': (2, 3, 32, 32)},
+    'lstm_ptb_fusedrnn-mms-symbol.json': {'data': (5, 2), 'softmax_label': (10,)},
 }
 
 
