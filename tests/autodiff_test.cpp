@@ -118,6 +118,46 @@ TEST(Autodiff, AmpCastGradientIsACastBack) {
   EXPECT_EQ(bf16_grads, 1);
 }
 
+// BackwardOptions::loss_scale: one scalar input multiplies every head gradient, a loss
+// head's own (SoftmaxOutput) and a bound one alike, so a power-of-two scale multiplies
+// every gradient exactly; a bf16 gradient is scaled in f32 and rounded once.
+TEST(Autodiff, LossScaleInputMultipliesEveryHeadGradient) {
+  ir::Graph g = ir::parse_graph(R"(graph {
+  %x = var input : f32[4,5]
+  %label = var input : f32[4]
+  %w = var param : f32[3,5]
+  %v = var param : f32[2,3]
+  %fc = FullyConnected(%x, %w) {num_hidden=3, no_bias=true}
+  %p = SoftmaxOutput(%fc, %label)
+  %vb = amp_cast(%v) {dtype=bf16}
+  %t = tanh(%vb)
+  return %p, %t
+})");
+  ir::infer_types(g);
+  const engine::BackwardGraph plain = engine::build_backward(g);
+  const engine::BackwardGraph scaled = engine::build_backward(g, {.loss_scale = "scale"});
+  ASSERT_EQ(scaled.gradient_of, (std::vector<std::string>{"w", "v"}));
+  runtime::Bindings vars = runtime::random_bindings(plain.graph, 7);
+  vars.insert_or_assign("label", runtime::Tensor(TensorType{DType::f32, {4}}));
+  for (int64_t i = 0; i < 4; ++i) vars.at("label").set_f64(i, static_cast<double>(i % 3));
+  const std::vector<runtime::Tensor> base = runtime::interpret(plain.graph, vars);
+  runtime::Tensor scale(TensorType{DType::f32, {}});
+  scale.set_f64(0, 1024);
+  vars.emplace("scale", scale);
+  const std::vector<runtime::Tensor> big = runtime::interpret(scaled.graph, vars);
+  ASSERT_EQ(base.size(), 4u);
+  for (size_t k : {2, 3}) {
+    SCOPED_TRACE(k);
+    int64_t nonzero = 0;
+    for (int64_t i = 0; i < base[k].size(); ++i) {
+      EXPECT_EQ(big[k].get_f64(i), 1024 * base[k].get_f64(i)) << i;
+      nonzero += base[k].get_f64(i) != 0;
+    }
+    EXPECT_GT(nonzero, 0);
+  }
+  EXPECT_ERROR(engine::build_backward(g, {.loss_scale = "w"}), "loss scale input 'w'");
+}
+
 TEST(Autodiff, ErrorsNameTheNodeAndTheVariable) {
   const ir::Graph g = unary_graph("gamma", {3});
   EXPECT_ERROR(engine::build_backward(g, {.wrt = {"x"}}), "digamma");

@@ -55,6 +55,25 @@ ValueRef accumulate(ir::GradContext& c, const std::vector<ValueRef>& parts, cons
   return c.cast(sum, t.dtype);
 }
 
+// `grad` times the loss scale, in f32 for lp16 gradients (a power-of-two scale is exact in
+// f32; f16 could not even hold the default 2^16), rounded once to grad's dtype.
+ValueRef scaled(ir::GradContext& c, ValueRef grad, ValueRef scale) {
+  const ir::DType t = c.type(grad).dtype;
+  const ir::DType wide = t == ir::DType::f64 ? ir::DType::f64 : ir::DType::f32;
+  return c.cast(c.emit("broadcast_mul", {c.cast(grad, wide), c.cast(scale, wide)}), t);
+}
+
+// The loss-scale input variable (BackwardOptions::loss_scale).
+ValueRef add_loss_scale(ir::Graph& g, const std::string& name) {
+  if (g.find_var(name)) fail("cannot add the loss scale input '{}': a variable of that name exists", name);
+  ir::Node var;
+  var.op = ir::kVarOp;
+  var.name = name;
+  var.role = ir::VarRole::input;
+  var.outputs = {ir::TensorType{ir::DType::f32, {}}};
+  return {g.add(std::move(var)), 0};
+}
+
 }  // namespace
 
 BackwardGraph build_backward(ir::Graph forward, const BackwardOptions& opts) {
@@ -76,6 +95,10 @@ BackwardGraph build_backward(ir::Graph forward, const BackwardOptions& opts) {
   std::map<ValueRef, std::vector<ValueRef>> contributions;
   std::set<int32_t> loss_outputs;
   int counter = 0;
+  std::optional<ValueRef> loss_scale;
+  if (!opts.loss_scale.empty()) {
+    loss_scale = add_loss_scale(g, opts.loss_scale);
+  }
   const std::vector<ValueRef> heads(g.outputs.begin(),
                                     g.outputs.begin() + static_cast<std::ptrdiff_t>(std::min(g.outputs.size(), opts.heads.value_or(g.outputs.size()))));
   for (size_t k = 0; k < heads.size(); ++k) {
@@ -96,7 +119,13 @@ BackwardGraph build_backward(ir::Graph forward, const BackwardOptions& opts) {
     var.outputs = {g.type(heads[k])};
     if (!ir::is_float(var.outputs[0].dtype)) continue;
     out.head_grads.push_back(var.name);
-    contributions[heads[k]].push_back({g.add(std::move(var)), 0});
+    const ValueRef head_grad{g.add(std::move(var)), 0};
+    if (loss_scale) {
+      ir::GradContext ctx(g, heads[k].node, {}, counter);
+      contributions[heads[k]].push_back(scaled(ctx, head_grad, *loss_scale));
+    } else {
+      contributions[heads[k]].push_back(head_grad);
+    }
   }
 
   for (int32_t i = num_forward - 1; i >= 0; --i) {
@@ -130,6 +159,9 @@ BackwardGraph build_backward(ir::Graph forward, const BackwardOptions& opts) {
     const std::vector<ValueRef> inputs = g.nodes[i].inputs;
     if (grads.size() != inputs.size())
       fail("gradient of {}: the rule gave {} gradients for {} inputs", label, grads.size(), inputs.size());
+    if (loss_scale && loss_outputs.count(i))
+      for (size_t j = 0; j < inputs.size(); ++j)
+        if (grads[j] && reached[inputs[j].node]) grads[j] = scaled(ctx, *grads[j], *loss_scale);
     for (size_t j = 0; j < inputs.size(); ++j) {
       if (!grads[j] || !reached[inputs[j].node]) continue;
       if (g.type(*grads[j]) != g.type(inputs[j]))

@@ -34,6 +34,12 @@ struct BackwardOptions {
   // Only the first `heads` graph outputs get head gradients; the rest are passed through
   // (the moving statistics engine/passes/training_mode.h appends). Unset: every output.
   std::optional<size_t> heads{};
+  // Loss scaling (engine/api/loss_scaler.h): when set, a scalar f32 input variable of this
+  // name (shape ()) multiplies every head gradient, a loss head's own as well as a bound
+  // one, before it flows backward. Being an input, the scale changes between steps
+  // without a recompile; the multiply fuses into the kernel that computes the head's
+  // gradient (lp16 gradients are scaled in f32 and rounded once).
+  std::string loss_scale{};
 };
 
 struct BackwardGraph {
