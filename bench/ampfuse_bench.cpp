@@ -251,7 +251,7 @@ void BM_Model(benchmark::State& state) {
 }
 
 // LossScaler::unscale_and_check over one 64 Mi-element gradient of dtype f32 (0), bf16 (1)
-// or f16 (2): the vectorized conversion loops of engine/api/loss_scaler.cpp. Each iteration
+// or f16 (2): a generated kernel (engine/training/multi_tensor.h). Each iteration
 // unscales twice, by 2 and by 1/2, so the values come back to where they started (powers of
 // two are exact) and never drift into subnormals or overflow. A pass reads and writes every
 // element once.

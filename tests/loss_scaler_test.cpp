@@ -4,6 +4,7 @@
 #include "engine/api/loss_scaler.h"
 #include "ir/builder.h"
 #include "ir/lowp.h"
+#include "runtime/kernel_cache.h"
 #include "runtime/thread_pool.h"
 #include "tests/test_util.h"
 
@@ -321,6 +322,26 @@ TEST(LossScaler, OneCallOverMoreThan200Tensors) {
   std::vector<Tensor> bad = mixed_tensors(sizes, rng);
   poison(bad[731], 0, std::numeric_limits<float>::quiet_NaN());
   EXPECT_TRUE(s.unscale_and_check(bad, &pool));
+}
+
+// The unscale and the check are generated kernels (engine/training/multi_tensor.h), one per
+// dtype, with the scale a run-time parameter: new scales compile nothing.
+TEST(LossScaler, NewScalesCompileNothing) {
+  std::mt19937 rng(8);
+  LossScalerOptions o;
+  o.min_scale = 1.0 / 64;
+  LossScaler s(o);
+  std::vector<Tensor> ts = mixed_tensors({100, 2000, 300}, rng);
+  s.set_scale(4);
+  s.unscale_and_check(ts);
+  LossScaler::any_nonfinite(ts);
+  const int64_t compiled = runtime::KernelCache::global().stats().compilations;
+  for (double scale : {2.0, 3.0, 0.5, 1e4, 1.0}) {
+    s.set_scale(scale);
+    s.unscale_and_check(ts);
+  }
+  LossScaler::any_nonfinite(ts);
+  EXPECT_EQ(runtime::KernelCache::global().stats().compilations, compiled);
 }
 
 TEST(LossScaler, RejectsOtherDtypesNamingTheTensor) {

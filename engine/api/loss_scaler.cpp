@@ -1,14 +1,13 @@
 #include "engine/api/loss_scaler.h"
 
+#include "engine/training/multi_tensor.h"
 #include "ir/error.h"
-#include "ir/lowp.h"
+#include "ir/scalar_program.h"
 #include "runtime/thread_pool.h"
 
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
-#include <atomic>
-#include <bit>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -22,64 +21,36 @@ namespace {
 using ir::DType;
 using runtime::Tensor;
 
-// One tensor's place in the concatenation of all of them.
-struct Segment {
-  void* data;
-  DType dtype;
-  int64_t begin;  // offset of element 0 in the concatenation
-  int64_t size;
-};
-
-// The per-dtype loops. Each returns nonzero when a stored (or, without kMul, read) value
-// is NaN or +-Inf: exponent field all ones, tested on the bits so the loop stays
-// branch-free and vectorizes (an OR reduction).
-template <bool kMul>
-uint32_t pass_f32(float* p, int64_t n, float inv) {
-  uint32_t bad = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    const float y = kMul ? p[i] * inv : p[i];
-    if constexpr (kMul) p[i] = y;
-    bad |= static_cast<uint32_t>((std::bit_cast<uint32_t>(y) & 0x7F800000u) == 0x7F800000u);
-  }
-  return bad;
+// The generated bodies (engine/training/multi_tensor.h). unscale: out = in * p0, in place,
+// flagged on the stored output, so a non-finite input and an unscale that overflows the
+// dtype are both caught; the kernel widens f16/bf16 exactly, multiplies in f32 by p0 rounded
+// to f32, and stores with round-to-nearest-even, the documented semantics. check: no output,
+// a flag over the input.
+MultiTensorBody unscale_body() {
+  ir::ScalarBuilder b(2);
+  return {.name = "loss_scaler_unscale",
+          .num_inputs = 1,
+          .num_outputs = 1,
+          .num_params = 1,
+          .body = b.finish({b.mul(b.input(0), b.input(1))}),
+          .flags = {{"nonfinite", {1}}}};
 }
 
-template <bool kMul>
-uint32_t pass_bf16(uint16_t* p, int64_t n, float inv) {
-  uint32_t bad = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    const uint16_t r = kMul ? ir::f32_to_bf16_bits(ir::bf16_bits_to_f32(p[i]) * inv) : p[i];
-    if constexpr (kMul) p[i] = r;
-    bad |= static_cast<uint32_t>((r & 0x7F80u) == 0x7F80u);
-  }
-  return bad;
+MultiTensorBody check_body() {
+  ir::ScalarBuilder b(1);
+  return {.name = "loss_scaler_check",
+          .num_inputs = 1,
+          .num_outputs = 0,
+          .num_params = 0,
+          .body = b.finish({}),
+          .flags = {{"nonfinite", {0}}}};
 }
 
-template <bool kMul>
-uint32_t pass_f16(uint16_t* p, int64_t n, float inv) {
-  uint32_t bad = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    const uint16_t r = kMul ? ir::f32_to_f16_bits(ir::f16_bits_to_f32(p[i]) * inv) : p[i];
-    if constexpr (kMul) p[i] = r;
-    bad |= static_cast<uint32_t>((r & 0x7C00u) == 0x7C00u);
-  }
-  return bad;
-}
-
-template <bool kMul>
-uint32_t pass_segment(const Segment& s, int64_t lo, int64_t hi, float inv) {
-  switch (s.dtype) {
-    case DType::f32: return pass_f32<kMul>(static_cast<float*>(s.data) + lo, hi - lo, inv);
-    case DType::bf16: return pass_bf16<kMul>(static_cast<uint16_t*>(s.data) + lo, hi - lo, inv);
-    case DType::f16: return pass_f16<kMul>(static_cast<uint16_t*>(s.data) + lo, hi - lo, inv);
-    default: return 0;  // rejected by make_segments
-  }
-}
-
-std::vector<Segment> make_segments(std::span<const Tensor> tensors, const char* what) {
-  std::vector<Segment> segs;
-  segs.reserve(tensors.size());
-  int64_t offset = 0;
+// One group per tensor: the unscale reads and writes it in place (each element is read
+// before it is overwritten, by the same thread); the check only reads it.
+std::vector<MultiTensorGroup> make_groups(std::span<const Tensor> tensors, bool in_place, const char* what) {
+  std::vector<MultiTensorGroup> groups;
+  groups.reserve(tensors.size());
   for (size_t i = 0; i < tensors.size(); ++i) {
     const Tensor& t = tensors[i];
     if (t.dtype() != DType::f32 && t.dtype() != DType::f16 && t.dtype() != DType::bf16)
@@ -87,36 +58,21 @@ std::vector<Segment> make_segments(std::span<const Tensor> tensors, const char* 
     const int64_t n = ir::num_elements(t.shape());
     if (n == 0) continue;
     if (t.empty_storage()) fail("{}: tensor {} ({}) has no storage", what, i, ir::type_str(t.type()));
-    segs.push_back({const_cast<void*>(t.raw()), t.dtype(), offset, n});
-    offset += n;
+    void* p = const_cast<void*>(t.raw());
+    if (in_place)
+      groups.push_back({.body = 0, .size = n, .dtypes = {t.dtype(), t.dtype()}, .data = {p, p}});
+    else
+      groups.push_back({.body = 0, .size = n, .dtypes = {t.dtype()}, .data = {p}});
   }
-  return segs;
+  return groups;
 }
 
-// One parallel_for over the concatenated elements: a thread's range may span many small
-// tensors or part of one large one; each thread ORs its own flag and publishes it once.
-template <bool kMul>
-bool run_pass(const std::vector<Segment>& segs, float inv, runtime::ThreadPool* pool) {
-  if (segs.empty()) return false;
-  const int64_t total = segs.back().begin + segs.back().size;
-  std::atomic<bool> any{false};
-  runtime::ThreadPool& tp = pool ? *pool : runtime::ThreadPool::global();
-  tp.parallel_for(
-      total,
-      [&](int64_t b, int64_t e) {
-        // The first segment that ends after b.
-        auto it = std::upper_bound(segs.begin(), segs.end(), b,
-                                   [](int64_t x, const Segment& s) { return x < s.begin + s.size; });
-        uint32_t bad = 0;
-        for (; it != segs.end() && it->begin < e; ++it) {
-          const int64_t lo = std::max(b, it->begin) - it->begin;
-          const int64_t hi = std::min(e, it->begin + it->size) - it->begin;
-          bad |= pass_segment<kMul>(*it, lo, hi, inv);
-        }
-        if (bad) any.store(true, std::memory_order_relaxed);
-      },
-      /*min_chunk=*/int64_t{1} << 15, /*align=*/64);
-  return any.load(std::memory_order_relaxed);
+bool run_check(std::span<const Tensor> tensors, const char* what, runtime::ThreadPool* pool) {
+  static const MultiTensorBody body = check_body();
+  const std::vector<MultiTensorGroup> groups = make_groups(tensors, false, what);
+  int32_t flag = 0;
+  run_multi_tensor({&body, 1}, groups, {}, {&flag, 1}, pool);
+  return flag != 0;
 }
 
 void check_options(const LossScalerOptions& o) {
@@ -145,14 +101,19 @@ void LossScaler::set_scale(double s) {
 }
 
 bool LossScaler::unscale_and_check(std::span<Tensor> grads, runtime::ThreadPool* pool) const {
-  const std::vector<Segment> segs = make_segments(grads, "LossScaler::unscale_and_check");
-  const float inv = static_cast<float>(1.0 / scale_);
-  // A scale of 1 changes no value: the pass only reads.
-  return inv == 1.0f ? run_pass<false>(segs, inv, pool) : run_pass<true>(segs, inv, pool);
+  const char* what = "LossScaler::unscale_and_check";
+  const double inv = 1.0 / scale_;
+  // A scale of 1 (in f32, the kernel's compute type) changes no value: the pass only reads.
+  if (static_cast<float>(inv) == 1.0f) return run_check(grads, what, pool);
+  static const MultiTensorBody body = unscale_body();
+  const std::vector<MultiTensorGroup> groups = make_groups(grads, true, what);
+  int32_t flag = 0;
+  run_multi_tensor({&body, 1}, groups, {&inv, 1}, {&flag, 1}, pool);
+  return flag != 0;
 }
 
 bool LossScaler::any_nonfinite(std::span<const Tensor> tensors, runtime::ThreadPool* pool) {
-  return run_pass<false>(make_segments(tensors, "LossScaler::any_nonfinite"), 1.0f, pool);
+  return run_check(tensors, "LossScaler::any_nonfinite", pool);
 }
 
 bool LossScaler::update(bool overflow) {

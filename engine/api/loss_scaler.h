@@ -71,9 +71,11 @@ class LossScaler {
   // and an unscale that overflows the dtype (possible only with scale < 1) are both caught.
   //
   // Tensors may be f32, f16 or bf16, in any mix, of any sizes (empty ones and an empty list
-  // included). The work is one parallel_for on `pool` (null: ThreadPool::global()) over the
-  // concatenated elements of all tensors; each thread walks its share tensor by tensor with
-  // a tight per-dtype loop and ORs one flag. Tensors must not share buffers. Throws
+  // included). The work is one launch of generated kernels (engine/training/multi_tensor.h):
+  // one parallel_for on `pool` (null: ThreadPool::global()) over the concatenated elements
+  // of all tensors, each tensor unscaled in place by the kernel compiled for its dtype (one
+  // per dtype, cached; the scale is a run-time parameter, so a new scale compiles nothing),
+  // all of them setting one shared flag. Tensors must not share buffers. Throws
   // ampfuse::Error naming the index of a tensor with another dtype or no storage.
   bool unscale_and_check(std::span<runtime::Tensor> grads, runtime::ThreadPool* pool = nullptr) const;
 

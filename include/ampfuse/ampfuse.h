@@ -7,7 +7,8 @@
 //   running   engine::Executable (plan, compile, run), runtime::interpret (the reference)
 //   tensors   runtime::Tensor (own memory, or a framework's wrapped without a copy), .npy I/O,
 //             MXNet .params files (runtime::read_mxnet_params, write_mxnet_params)
-//   training  engine::Block (hybridize), AMP scopes, engine::LossScaler
+//   training  engine::Block (hybridize), AMP scopes, engine::LossScaler, engine::Optimizer
+//             (SGD/Adam/AdamW as generated multi-tensor kernels)
 //   errors    ampfuse::Error, the exception ampfuse throws for anything it cannot do
 //
 // The headers below include each other as "ir/graph.h", "engine/...", "runtime/..." (the
@@ -36,3 +37,4 @@
 #include "engine/api/amp_scope.h"
 #include "engine/api/block.h"
 #include "engine/api/loss_scaler.h"
+#include "engine/training/optimizer.h"
