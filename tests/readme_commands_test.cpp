@@ -127,12 +127,13 @@ TEST(CliReadme, EveryCommandRunsAsShown) {
   ASSERT_GE(examples.size(), 10u) << "README.md lost its examples, or this parser lost track of them";
   std::set<std::string> commands;
   for (const Example& e : examples) commands.insert(first_word(e.args));
-  for (const char* c : {"info", "run", "convert", "dot", "fuzz", "--version"})
+  for (const char* c : {"info", "run", "convert", "dot", "fuzz", "train", "--version"})
     EXPECT_TRUE(commands.count(c)) << "no README example of 'ampfuse " << c << "'";
 
   testing::ScopedTempDir dir;
   const bool have_models = std::filesystem::is_directory(AMPFUSE_MODELS_DIR);
   if (have_models) std::filesystem::create_directory_symlink(AMPFUSE_MODELS_DIR, dir.path() / "models");
+  std::filesystem::create_directory_symlink(AMPFUSE_DATA_DIR, dir.path() / "data");
   const bool have_dot = dot_program_on_path();
   double total_seconds = 0;
   for (const Example& e : examples) {
@@ -195,7 +196,7 @@ bool has_word(const std::string& text, const std::string& word) {
 }
 
 TEST(CliReadme, EveryOptionIsDocumentedUnderItsCommand) {
-  for (const std::string command : {"info", "run", "convert", "dot", "fuzz"}) {
+  for (const std::string command : {"info", "run", "convert", "dot", "fuzz", "train"}) {
     const std::set<std::string> options = help_options(command);
     EXPECT_GE(options.size(), 2u) << command << " --help lists no options";
     const std::string section = readme_section("### `ampfuse " + command + " ");
@@ -249,6 +250,13 @@ TEST(CliReadme, EveryJsonKeyIsDocumentedUnderItsCommand) {
       run_cli(fmt::format("convert '{}' --shape data=2,100 --amp fp16 --json -o '{}'", model, dir.file("c.json")));
   ASSERT_EQ(convert.status, 0) << convert.err;
   expect_keys_documented(convert, "convert");
+  const std::string digits = std::string(AMPFUSE_DATA_DIR) + "/digits/";
+  const CliResult train = run_cli(fmt::format(
+      "train '{}' --data '{}train_images.npy' --labels '{}train_labels.npy' --test-data '{}test_images.npy' "
+      "--test-labels '{}test_labels.npy' --epochs 1 --json",
+      model_path("digits/digits_mlp-symbol.json"), digits, digits, digits, digits));
+  ASSERT_EQ(train.status, 0) << train.err;
+  expect_keys_documented(train, "train");
 }
 
 // Environment variables the code reads: std::getenv of a literal name in C++, and the

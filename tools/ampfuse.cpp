@@ -46,12 +46,13 @@ int main(int argc, char** argv) {
                                                    ampfuse::tools::add_run_command(app),
                                                    ampfuse::tools::add_convert_command(app),
                                                    ampfuse::tools::add_fuzz_command(app),
-                                                   ampfuse::tools::add_dot_command(app)};
+                                                   ampfuse::tools::add_dot_command(app),
+                                                   ampfuse::tools::add_train_command(app)};
   try {
     // CLI11 would only say "a subcommand is required" for a misspelt one.
     if (argc > 1 && argv[1][0] != '-' &&
         std::none_of(commands.begin(), commands.end(), [&](const auto& c) { return c.app->check_name(argv[1]); }))
-      return report_error(fmt::format("unknown command '{}' (commands: info, run, convert, dot, fuzz)", argv[1]).c_str());
+      return report_error(fmt::format("unknown command '{}' (commands: info, run, convert, dot, fuzz, train)", argv[1]).c_str());
     app.parse(argc, argv);
     for (const auto& c : commands)
       if (c.app->parsed()) return c.run();

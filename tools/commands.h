@@ -18,5 +18,6 @@ Command add_run_command(CLI::App& parent);
 Command add_convert_command(CLI::App& parent);
 Command add_fuzz_command(CLI::App& parent);
 Command add_dot_command(CLI::App& parent);
+Command add_train_command(CLI::App& parent);
 
 }  // namespace ampfuse::tools

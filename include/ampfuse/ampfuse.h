@@ -38,3 +38,4 @@
 #include "engine/api/block.h"
 #include "engine/api/loss_scaler.h"
 #include "engine/training/optimizer.h"
+#include "engine/training/trainer.h"
