@@ -3,7 +3,7 @@ JOBS ?= $(shell nproc)
 BUILD ?= build
 ASAN_BUILD ?= build-asan
 
-.PHONY: demo test setup build build-asan bench clean zoo
+.PHONY: demo test setup build build-asan bench clean zoo digits
 
 setup:
 	@bash scripts/setup.sh
@@ -36,6 +36,11 @@ ZOO_ARGS ?=
 zoo: build
 	@bash tests/zoo/make_venv.sh $(ZOO_VENV)
 	MXNET_SUBGRAPH_BACKEND=NONE $(ZOO_VENV)/bin/python tests/zoo/zoo.py --ampfuse $(BUILD)/ampfuse --out $(BUILD)/zoo $(ZOO_ARGS)
+
+# The digits models trained in f32, bf16 and fp16 AMP (README.md, "ampfuse train"):
+# prints the table and writes docs/digits_training.svg.
+digits: build
+	python3 scripts/digits_training.py --ampfuse $(BUILD)/ampfuse --svg docs/digits_training.svg
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD)
