@@ -6,6 +6,8 @@
 #include "runtime/interpreter.h"
 #include "runtime/mxnet_params.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -183,6 +185,16 @@ Trainer::Trainer(ir::Graph model, TrainerOptions opts) : impl_(std::make_unique<
                                                                        : 1.0;
   if (opts.loss_scaling) m.scaler.emplace(*opts.loss_scaling);
   m.model_outputs = model.outputs.size();
+  for (const ir::Node& n : model.nodes)
+    if (n.op == "Dropout" && n.attrs.get_float("p") > 0) {
+      // Its Philox offset is an attribute baked into the compiled step: a new offset per step
+      // would compile the step's kernels again every step.
+      fmt::print(stderr,
+                 "warning: train: Dropout '{}' draws the same mask at every step (its random offset is fixed "
+                 "when the step compiles)\n",
+                 n.name);
+      break;
+    }
 
   ExecutorOptions eo;
   if (opts.amp) {
