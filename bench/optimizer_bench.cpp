@@ -26,15 +26,18 @@ runtime::ThreadPool& optim_pool() {
   return p;
 }
 
+// A k x k convolution's weight and its BatchNorm's gamma and beta.
+void push_conv_bn(std::vector<int64_t>& s, int64_t k, int64_t in, int64_t out) {
+  s.push_back(k * k * in * out);
+  s.push_back(out);
+  s.push_back(out);
+}
+
 // Parameter sizes of cifar_resnet20 (v1, projection shortcuts with BatchNorm): 3x3 convs of
 // 16, 32, 64 channels, gamma and beta per BatchNorm, a 10-class dense layer.
 std::vector<int64_t> resnet20_sizes() {
   std::vector<int64_t> s;
-  const auto conv_bn = [&](int64_t k, int64_t in, int64_t out) {
-    s.push_back(k * k * in * out);
-    s.push_back(out);
-    s.push_back(out);
-  };
+  const auto conv_bn = [&](int64_t k, int64_t in, int64_t out) { push_conv_bn(s, k, in, out); };
   conv_bn(3, 3, 16);
   int64_t in = 16;
   for (int64_t c : {16, 32, 64})
@@ -52,11 +55,7 @@ std::vector<int64_t> resnet20_sizes() {
 // resnet50 (v1): bottleneck blocks (3, 4, 6, 3), widths 64..512, expansion 4, 1000 classes.
 std::vector<int64_t> resnet50_sizes() {
   std::vector<int64_t> s;
-  const auto conv_bn = [&](int64_t k, int64_t in, int64_t out) {
-    s.push_back(k * k * in * out);
-    s.push_back(out);
-    s.push_back(out);
-  };
+  const auto conv_bn = [&](int64_t k, int64_t in, int64_t out) { push_conv_bn(s, k, in, out); };
   conv_bn(7, 3, 64);
   int64_t in = 64;
   const int blocks[] = {3, 4, 6, 3};

@@ -69,6 +69,18 @@ class KernelCache {
 // Compiles `spec` with the process's JIT (runtime/jit.h). Throws ampfuse::Error when LLVM fails.
 std::shared_ptr<const CompiledKernel> jit_compile(const codegen::KernelSpec& spec, std::string key);
 
+// How run_kernel splits a launch, and the multi-tensor launcher of engine/training too:
+// below kLaunchMinElementsPerThread elements per thread, waking a worker costs more than it
+// saves; chunk boundaries fall on multiples of kLaunchChunkAlign elements, so every
+// operand's chunk starts on a 64-byte line when its base does (threads never write the same
+// line, vector loops start aligned); outputs of more than kLaunchStreamingBytes are written
+// with non-temporal stores when 64-byte aligned (they would not stay in the caches anyway,
+// and bypassing them saves the read-for-ownership of every line).
+inline constexpr int64_t kLaunchMinElementsPerThread = 16384;
+inline constexpr int64_t kLaunchChunkAlign = 64;
+inline constexpr int64_t kLaunchStreamingBytes = int64_t{32} << 20;
+inline constexpr uintptr_t kLaunchStreamingAlign = 64;
+
 // Runs `kernel` (compiled for spec's signature) over spec's iteration space, split across
 // `pool`. `data`: a base pointer per input then per output, addressed with spec's
 // strides; `params`: spec.num_params values; `flags`: one per spec.flags entry, set to 1

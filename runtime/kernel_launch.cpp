@@ -7,21 +7,6 @@
 
 namespace ampfuse::runtime {
 
-namespace {
-
-// Below this many elements per thread, waking a worker costs more than it saves.
-constexpr int64_t kMinElementsPerThread = 16384;
-// Chunk boundaries on multiples of 64 elements: every operand's chunk starts on a 64-byte
-// line when its base does, so threads never write the same line and vector loops start
-// aligned.
-constexpr int64_t kChunkAlign = 64;
-// Outputs larger than this are written with non-temporal stores: they would not stay in
-// the caches anyway, and bypassing them saves the read-for-ownership of every line. The
-// kernels' streaming loops need 64-byte aligned outputs.
-constexpr int64_t kStreamingBytes = int64_t{32} << 20;
-constexpr uintptr_t kStreamingAlign = 64;
-
-}  // namespace
 
 void run_kernel(const CompiledKernel& kernel, const codegen::KernelSpec& spec, std::span<void* const> data,
                 std::span<const double> params, std::span<int32_t> flags, ThreadPool& pool) {
@@ -48,7 +33,7 @@ void run_kernel(const CompiledKernel& kernel, const codegen::KernelSpec& spec, s
     const codegen::OperandSpec& o = spec.outputs[k];
     strides.insert(strides.end(), o.strides.begin(), o.strides.end());
     output_bytes += n * static_cast<int64_t>(ir::dtype_size(o.dtype));
-    outputs_aligned &= reinterpret_cast<uintptr_t>(data[spec.inputs.size() + k]) % kStreamingAlign == 0;
+    outputs_aligned &= reinterpret_cast<uintptr_t>(data[spec.inputs.size() + k]) % kLaunchStreamingAlign == 0;
   }
   const codegen::KernelArgs args{
       .data = data.data(),
@@ -56,11 +41,11 @@ void run_kernel(const CompiledKernel& kernel, const codegen::KernelSpec& spec, s
       .strides = strides.data(),
       .params = params.data(),
       .flags = flags.data(),
-      .streaming = output_bytes > kStreamingBytes && outputs_aligned ? 1 : 0,
+      .streaming = output_bytes > kLaunchStreamingBytes && outputs_aligned ? 1 : 0,
   };
   const codegen::KernelFn fn = kernel.fn;
   pool.parallel_for(
-      n, [&](int64_t begin, int64_t end) { fn(begin, end, &args); }, kMinElementsPerThread, kChunkAlign);
+      n, [&](int64_t begin, int64_t end) { fn(begin, end, &args); }, kLaunchMinElementsPerThread, kLaunchChunkAlign);
 }
 
 }  // namespace ampfuse::runtime

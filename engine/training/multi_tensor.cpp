@@ -12,16 +12,6 @@ namespace ampfuse::engine {
 
 namespace {
 
-// As run_kernel (runtime/kernel_launch.cpp): below this many elements per thread, waking a
-// worker costs more than it saves; chunks start on multiples of 64 elements.
-constexpr int64_t kMinElementsPerThread = 16384;
-constexpr int64_t kAlign = 64;
-// Outputs of the whole launch larger than this are written with non-temporal stores (where a
-// tensor's outputs are 64-byte aligned, as every runtime::Tensor buffer is): the list will not
-// stay in the caches anyway, and streaming saves the read-for-ownership of every line.
-constexpr int64_t kStreamingBytes = int64_t{32} << 20;
-constexpr uintptr_t kStreamingAlign = 64;
-
 // One compiled (body, dtypes) combination.
 struct Variant {
   int body;
@@ -32,7 +22,7 @@ struct Variant {
 
 // What one group's calls need: its KernelArgs and where it lies in the concatenation.
 struct Piece {
-  int64_t begin = 0;  // a multiple of kAlign
+  int64_t begin = 0;  // a multiple of runtime::kLaunchChunkAlign
   int64_t size = 0;
   codegen::KernelFn fn = nullptr;
   codegen::KernelArgs args{};
@@ -128,16 +118,16 @@ void run_multi_tensor(std::span<const MultiTensorBody> bodies, std::span<const M
               .flags = flags.data(),
               .streaming = 0};
     pieces.push_back(p);
-    total += (g.size + kAlign - 1) / kAlign * kAlign;
+    total += (g.size + runtime::kLaunchChunkAlign - 1) / runtime::kLaunchChunkAlign * runtime::kLaunchChunkAlign;
   }
-  if (output_bytes > kStreamingBytes)
+  if (output_bytes > runtime::kLaunchStreamingBytes)
     for (size_t j = 0, i = 0; i < groups.size(); ++i) {
       const MultiTensorGroup& g = groups[i];
       if (g.size == 0) continue;
       const MultiTensorBody& b = bodies[g.body];
       bool aligned = true;
       for (int k = b.num_inputs; k < b.num_inputs + b.num_outputs; ++k)
-        aligned &= reinterpret_cast<uintptr_t>(g.data[k]) % kStreamingAlign == 0;
+        aligned &= reinterpret_cast<uintptr_t>(g.data[k]) % runtime::kLaunchStreamingAlign == 0;
       pieces[j++].args.streaming = aligned ? 1 : 0;
     }
 
@@ -154,7 +144,7 @@ void run_multi_tensor(std::span<const MultiTensorBody> bodies, std::span<const M
           if (lo < hi) it->fn(lo, hi, &it->args);
         }
       },
-      kMinElementsPerThread, kAlign);
+      runtime::kLaunchMinElementsPerThread, runtime::kLaunchChunkAlign);
 }
 
 }  // namespace ampfuse::engine
