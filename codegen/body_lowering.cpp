@@ -25,8 +25,9 @@ Value* nan_max_min(const FloatOps& f, Value* a, Value* b, bool is_max) {
 
 // ir::philox_bits24 in i32 arithmetic: each round's 32x32->64 products as one i64
 // multiply of zero-extended words (vectorizes as widening multiplies; no calls), and the
-// key schedule folded into constants.
-Value* philox_bits24(llvm::IRBuilder<>& b, uint64_t seed, uint64_t offset, Value* index) {
+// key schedule folded into constants. `offset` is an i64 value: a constant for
+// philox_bits24 (folded as before), computed from the step for philox_bits24_at.
+Value* philox_bits24(llvm::IRBuilder<>& b, uint64_t seed, Value* offset, Value* index) {
   llvm::Type* i32 = b.getInt32Ty();
   llvm::Type* i64 = b.getInt64Ty();
   const auto word = [&](uint64_t v) -> Value* { return b.getInt32(static_cast<uint32_t>(v)); };
@@ -34,8 +35,8 @@ Value* philox_bits24(llvm::IRBuilder<>& b, uint64_t seed, uint64_t offset, Value
     Value* p = b.CreateMul(b.CreateZExt(x, i64), llvm::ConstantInt::get(i64, m), "", /*HasNUW=*/true);
     return std::pair{b.CreateTrunc(b.CreateLShr(p, 32), i32), b.CreateTrunc(p, i32)};
   };
-  Value* c[4] = {b.CreateTrunc(index, i32), b.CreateTrunc(b.CreateLShr(index, 32), i32), word(offset),
-                 word(offset >> 32)};
+  Value* c[4] = {b.CreateTrunc(index, i32), b.CreateTrunc(b.CreateLShr(index, 32), i32), b.CreateTrunc(offset, i32),
+                 b.CreateTrunc(b.CreateLShr(offset, 32), i32)};
   uint32_t key0 = static_cast<uint32_t>(seed), key1 = static_cast<uint32_t>(seed >> 32);
   for (int round = 0; round < 10; ++round) {
     if (round > 0) key0 += 0x9E3779B9u, key1 += 0xBB67AE85u;
@@ -46,6 +47,17 @@ Value* philox_bits24(llvm::IRBuilder<>& b, uint64_t seed, uint64_t offset, Value
     std::copy(std::begin(next), std::end(next), std::begin(c));
   }
   return b.CreateLShr(c[0], 8);
+}
+
+// ir::philox_step_offset of the step `step` (compute type): the step clamped to [0, 2^53]
+// in floating point (NaN -> 0) before the conversion, so fptoui never sees a value out of
+// its range, then offset + count * stride in wrapping i64 arithmetic.
+Value* step_offset(const FloatOps& f, const ir::ScalarInstr& s, Value* step) {
+  llvm::IRBuilder<>& b = f.b;
+  Value* limit = f.c(9007199254740992.0);  // 2^53, exact in f32 and f64
+  Value* clamped = f.sel(f.ge(step, f.c(0)), f.sel(f.lt(step, limit), step, limit), f.c(0));
+  Value* count = b.CreateFPToUI(clamped, b.getInt64Ty());
+  return b.CreateAdd(b.getInt64(s.offset), b.CreateMul(count, b.getInt64(s.stride)));
 }
 
 Value* lower_instr(const FloatOps& f, const ir::ScalarInstr& s, Value* a, Value* b, Value* c) {
@@ -102,7 +114,8 @@ Value* lower_instr(const FloatOps& f, const ir::ScalarInstr& s, Value* a, Value*
     case ScalarOp::pow: return emit_transcendental(f.b, s.op, {a, b});
     case ScalarOp::input:
     case ScalarOp::constant:
-    case ScalarOp::philox_bits24: break;
+    case ScalarOp::philox_bits24:
+    case ScalarOp::philox_bits24_at: break;
   }
   fail("internal error: cannot lower scalar op {}", ir::scalar_op_name(s.op));
 }
@@ -121,7 +134,11 @@ std::vector<Value*> lower_scalar_program(llvm::IRBuilder<>& b, const ir::ScalarP
       values.push_back(f.c(s.value));  // ConstantFP rounds the double to nearest, as a C++ cast does
     } else if (s.op == ScalarOp::philox_bits24) {
       if (!element_index) fail("internal error: philox_bits24 in a program without an element index");
-      values.push_back(b.CreateUIToFP(philox_bits24(b, s.seed, s.offset, element_index), compute));  // exact: < 2^24
+      values.push_back(b.CreateUIToFP(philox_bits24(b, s.seed, b.getInt64(s.offset), element_index), compute));  // exact: < 2^24
+    } else if (s.op == ScalarOp::philox_bits24_at) {
+      if (!element_index) fail("internal error: philox_bits24_at in a program without an element index");
+      Value* offset = step_offset(f, s, values[static_cast<size_t>(s.a)]);
+      values.push_back(b.CreateUIToFP(philox_bits24(b, s.seed, offset, element_index), compute));  // exact: < 2^24
     } else {
       auto operand = [&](int32_t i) { return i >= 0 ? values[static_cast<size_t>(i)] : nullptr; };
       values.push_back(lower_instr(f, s, operand(s.a), operand(s.b), operand(s.c)));

@@ -117,6 +117,15 @@ __device__ __forceinline__ unsigned af_philox_bits24(unsigned long long seed, un
   }
   return c0 >> 8;
 }
+
+// ir::philox_step_offset: the step (an f32 value, or f64; exact as a double) clamped to
+// [0, 2^53] with NaN as 0, truncated, then offset + count * stride modulo 2^64.
+__device__ __forceinline__ unsigned long long af_step_offset(unsigned long long offset, unsigned long long stride,
+                                                             double step) {
+  const double limit = 9007199254740992.0;
+  const double clamped = step >= 0.0 ? (step < limit ? step : limit) : 0.0;
+  return offset + static_cast<unsigned long long>(clamped) * stride;
+}
 )";
 
 const char* storage_type(DType t) {
@@ -287,6 +296,9 @@ std::string instr_expr(const ir::ScalarInstr& s, const std::string& c, bool f64)
     case ScalarOp::select: return fmt::format("({} != {} ? {} : {})", a, zero, b, cc);
     case ScalarOp::philox_bits24:
       return fmt::format("static_cast<{}>(af_philox_bits24({}ull, {}ull, idx))", c, s.seed, s.offset);  // < 2^24: exact
+    case ScalarOp::philox_bits24_at:
+      return fmt::format("static_cast<{}>(af_philox_bits24({}ull, af_step_offset({}ull, {}ull, static_cast<double>({})), idx))",
+                         c, s.seed, s.offset, s.stride, a);
     case ScalarOp::input:
     case ScalarOp::constant: break;
   }
@@ -510,7 +522,7 @@ class CudaKernelWriter {
   const bool f64_;
   const std::string c_;
   std::vector<bool> needed_;
-  bool uses_index_ = false;  // the body draws random bits (philox_bits24): pass the element index
+  bool uses_index_ = false;  // the body draws random bits (philox_bits24(_at)): pass the element index
   std::string out_;
 };
 

@@ -25,7 +25,9 @@
 //    bound near them). Against the interpreter (glibc; MXNet's erfinv in double) add an ulp:
 //    tgamma, lgamma and erfinv can exceed kCudaTranscendentalUlp, the others stay within it.
 //  - philox_bits24 is integer code (af_philox_bits24 in the prelude) of the flat iteration
-//    index, which the element function then takes as an argument: exact.
+//    index, which the element function then takes as an argument: exact. philox_bits24_at
+//    computes its counter offset from the step value first (af_step_offset), in the same
+//    integer arithmetic as the interpreter (ir::philox_step_offset).
 //
 // Kernel ABI (runtime/cuda/cuda_driver.cpp builds them; cuda_index_arguments() gives the scalars):
 //   NAME(long long count,                  element count, > 0

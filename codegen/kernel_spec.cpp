@@ -129,6 +129,8 @@ std::string body_key(const ir::ScalarProgram& p) {
       case ir::ScalarOp::constant: s += fmt::format(" {:a}", i.value); break;
       case ir::ScalarOp::round_to: s += fmt::format(" {} {}", i.a, ir::dtype_name(i.dtype)); break;
       case ir::ScalarOp::philox_bits24: s += fmt::format(" {} {}", i.seed, i.offset); break;
+      // The step is an operand (a run-time value); seed, offset and stride are code.
+      case ir::ScalarOp::philox_bits24_at: s += fmt::format(" {} {} {} {}", i.a, i.seed, i.offset, i.stride); break;
       default: {
         const int n = ir::scalar_op_arity(i.op);
         s += fmt::format(" {}", i.a);

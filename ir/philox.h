@@ -43,6 +43,20 @@ constexpr uint32_t philox_bits24(uint64_t seed, uint64_t offset, uint64_t index)
   return block[0] >> 8;
 }
 
+// The counter offset of step `step` of a stream that advances `stride` counters a step
+// (ScalarOp::philox_bits24_at): offset + uint64(step) * stride, wrapping modulo 2^64.
+// `step` arrives as a float (a tensor value); every backend turns it into an integer this
+// one way: truncated toward zero, NaN and negatives as 0, 2^53 and beyond as 2^53 (where
+// f64 stops holding every integer). Callers pass non-negative integers below 2^24, exact in
+// f32; the clamps only make out-of-range steps deterministic instead of undefined.
+constexpr uint64_t philox_step_count(double step) {
+  constexpr double kMax = 9007199254740992.0;  // 2^53
+  return step >= 0 ? static_cast<uint64_t>(step < kMax ? step : kMax) : 0;
+}
+constexpr uint64_t philox_step_offset(uint64_t offset, uint64_t stride, double step) {
+  return offset + philox_step_count(step) * stride;
+}
+
 // Dropout keeps element i when u_i < 1 - p, as MXNet keeps an element when its uniform
 // number is below pkeep = 1 - p. With u = bits * 2^-24 that is bits < ceil((1 - p) * 2^24):
 // an integer compare, the same on every backend. p = 0 keeps all, p = 1 none.

@@ -90,6 +90,7 @@ std::optional<Val> scalar_tangent(ScalarBuilder& b, Val first, Val of, int wrt) 
         break;
       case ScalarOp::constant:
       case ScalarOp::philox_bits24:  // random bits: independent of the inputs
+      case ScalarOp::philox_bits24_at:  // and piecewise constant in the step: 0 almost everywhere
       case ScalarOp::sign:
       case ScalarOp::floor:
       case ScalarOp::ceil:

@@ -11,7 +11,8 @@
 //  - max(a, b): 1 for a where a > b, else for b (relu = max(x, 0) has gradient 0 at 0, as
 //    MXNet's relu_grad(out) = out > 0); min(a, b) likewise with a < b;
 //  - abs: sign(x) (0 at 0); floor, ceil, trunc, round, sign, compares, isfinite and
-//    philox_bits24 (random bits, constant in the inputs): 0;
+//    philox_bits24 and philox_bits24_at (random bits, constant in the inputs; the step only
+//    picks which bits): 0;
 //  - select(c, a, b): select(c, a', b') (the condition has no derivative);
 //  - round_to (a cast inside a program): the tangent passes unchanged;
 //  - fmod(a, b): 1 for a, -trunc(a / b) for b.

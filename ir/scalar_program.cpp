@@ -9,6 +9,7 @@ std::string_view scalar_op_name(ScalarOp op) {
     case ScalarOp::input: return "input";
     case ScalarOp::constant: return "const";
     case ScalarOp::philox_bits24: return "philox_bits24";
+    case ScalarOp::philox_bits24_at: return "philox_bits24_at";
     case ScalarOp::neg: return "neg";
     case ScalarOp::abs: return "abs";
     case ScalarOp::sign: return "sign";
@@ -142,7 +143,9 @@ void check_operand(const ScalarProgram& p, ScalarBuilder::Val v) {
 }  // namespace
 
 ScalarBuilder::Val ScalarBuilder::unary(ScalarOp op, Val a) {
-  if (scalar_op_arity(op) != 1 || op == ScalarOp::round_to) fail("{} is not a unary scalar op", scalar_op_name(op));
+  // round_to and philox_bits24_at carry fields of their own: their builders set them.
+  if (scalar_op_arity(op) != 1 || op == ScalarOp::round_to || op == ScalarOp::philox_bits24_at)
+    fail("{} is not a unary scalar op", scalar_op_name(op));
   check_operand(p_, a);
   p_.instrs.push_back({.op = op, .a = a});
   return static_cast<Val>(p_.instrs.size() - 1);
@@ -175,6 +178,12 @@ ScalarBuilder::Val ScalarBuilder::philox_bits24(uint64_t seed, uint64_t offset) 
   return static_cast<Val>(p_.instrs.size() - 1);
 }
 
+ScalarBuilder::Val ScalarBuilder::philox_bits24_at(Val step, uint64_t seed, uint64_t offset, uint64_t stride) {
+  check_operand(p_, step);
+  p_.instrs.push_back({.op = ScalarOp::philox_bits24_at, .a = step, .seed = seed, .offset = offset, .stride = stride});
+  return static_cast<Val>(p_.instrs.size() - 1);
+}
+
 ScalarProgram ScalarBuilder::finish(std::vector<Val> results) {
   for (Val r : results) check_operand(p_, r);
   p_.results = std::move(results);
@@ -183,7 +192,7 @@ ScalarProgram ScalarBuilder::finish(std::vector<Val> results) {
 
 bool uses_element_index(const ScalarProgram& p) {
   for (const ScalarInstr& s : p.instrs)
-    if (s.op == ScalarOp::philox_bits24) return true;
+    if (reads_element_index(s.op)) return true;
   return false;
 }
 
@@ -197,6 +206,9 @@ std::string print_scalar_program(const ScalarProgram& p) {
       case ScalarOp::constant: out += fmt::format(" {}", s.value); break;
       case ScalarOp::round_to: out += fmt::format(" %{} to {}", s.a, dtype_name(s.dtype)); break;
       case ScalarOp::philox_bits24: out += fmt::format(" seed {} offset {}", s.seed, s.offset); break;
+      case ScalarOp::philox_bits24_at:
+        out += fmt::format(" %{} seed {} offset {} stride {}", s.a, s.seed, s.offset, s.stride);
+        break;
       default: {
         const int n = scalar_op_arity(s.op);
         out += fmt::format(" %{}", s.a);

@@ -25,6 +25,7 @@ enum class ScalarOp : uint8_t {
   constant,  // value = constant (rounded to the compute type)
   philox_bits24,  // value = ir::philox_bits24(seed, offset, the element's index): see below
   // unary
+  philox_bits24_at,  // value = ir::philox_bits24(seed, philox_step_offset(offset, stride, a), index)
   neg, abs, sign, exp, log, log1p, expm1, sqrt, rsqrt, erf, tanh, floor, ceil, trunc,
   round,  // to the nearest integer, halves away from zero (C round)
   // unary, evaluated by calling a library function (is_library_call)
@@ -43,6 +44,10 @@ enum class ScalarOp : uint8_t {
 };
 
 std::string_view scalar_op_name(ScalarOp op);
+// philox_bits24 and philox_bits24_at: the ops that read the element's index.
+constexpr bool reads_element_index(ScalarOp op) {
+  return op == ScalarOp::philox_bits24 || op == ScalarOp::philox_bits24_at;
+}
 int scalar_op_arity(ScalarOp op);  // 0 for input/constant
 // exp, log, log1p, expm1, erf, tanh, pow: the ops that backends evaluate within a stated
 // ULP bound (codegen/vector_math.h) and that cost the most to compile.
@@ -85,13 +90,21 @@ bool is_library_call(ScalarOp op);
 //    kernel, its flat iteration index, so the planner computes a node that draws random
 //    bits only under a map that keeps row-major order (engine/planning/fusion_plan.h).
 //    Its derivative is 0 (the bits do not depend on the inputs).
+//  - philox_bits24_at (one operand, the step) is philox_bits24 with a counter offset read at
+//    run time: ir::philox_bits24(seed, ir::philox_step_offset(offset, stride, step), index).
+//    The step is a value (a tensor a trainer binds afresh each step), so one compiled kernel
+//    draws a new mask every step; seed, offset and stride stay in the instruction. Every
+//    backend turns the step into an integer as ir::philox_step_count does (truncate; NaN
+//    and negatives 0; 2^53 and beyond 2^53) and does the rest in 64-bit integers, so the
+//    bits are identical everywhere. Its derivative is 0 with respect to everything.
 struct ScalarInstr {
   ScalarOp op;
   int32_t a = -1, b = -1, c = -1;  // operands: earlier instruction indices
   int32_t index = 0;               // input: which input
   double value = 0;                // constant
   DType dtype = DType::f32;        // round_to
-  uint64_t seed = 0, offset = 0;   // philox_bits24: the generator's key and counter offset
+  uint64_t seed = 0, offset = 0;   // philox_bits24(_at): the generator's key and counter offset
+  uint64_t stride = 0;             // philox_bits24_at: counters the offset advances per step
   friend bool operator==(const ScalarInstr&, const ScalarInstr&) = default;
 };
 
@@ -115,6 +128,7 @@ class ScalarBuilder {
   Val select(Val cond, Val if_true, Val if_false);
   Val round_to(Val a, DType t);
   Val philox_bits24(uint64_t seed, uint64_t offset);
+  Val philox_bits24_at(Val step, uint64_t seed, uint64_t offset, uint64_t stride);
 
   Val add(Val a, Val b) { return binary(ScalarOp::add, a, b); }
   Val sub(Val a, Val b) { return binary(ScalarOp::sub, a, b); }
@@ -138,7 +152,7 @@ class ScalarBuilder {
 // available as b.input(i); the recipe returns one value per output.
 using ScalarRecipe = std::function<std::vector<ScalarBuilder::Val>(ScalarBuilder& b, const Attrs& attrs)>;
 
-// Whether `p` draws random bits (philox_bits24), so its value depends on the element's index.
+// Whether `p` draws random bits (philox_bits24 or philox_bits24_at), so its value depends on the element's index.
 bool uses_element_index(const ScalarProgram& p);
 
 // Human-readable listing, one instruction per line ("%3 = mul %1, %2").

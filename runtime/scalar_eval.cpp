@@ -236,7 +236,8 @@ void run_instr(const ScalarInstr& s, T* r, const T* a, const T* b, const T* c, i
   switch (s.op) {
     case ScalarOp::input:
     case ScalarOp::constant:
-    case ScalarOp::philox_bits24: return;  // filled by the caller
+    case ScalarOp::philox_bits24:
+    case ScalarOp::philox_bits24_at: return;  // filled by the caller
     case ScalarOp::neg: return map1(r, a, n, [](T x) { return -x; });
     case ScalarOp::abs: return map1(r, a, n, [](T x) { return std::fabs(x); });
     case ScalarOp::sign:
@@ -375,6 +376,14 @@ void evaluate(const ScalarProgram& p, const IndexSpace& space, int64_t total, st
       if (s.op == ScalarOp::philox_bits24) {  // the element index is its row-major output index
         for (int64_t j = 0; j < n; ++j)
           reg[j] = static_cast<T>(ir::philox_bits24(s.seed, s.offset, static_cast<uint64_t>(start + j)));
+        continue;
+      }
+      if (s.op == ScalarOp::philox_bits24_at) {  // as philox_bits24, the offset per element's step
+        const T* step = value[s.a];
+        for (int64_t j = 0; j < n; ++j) {
+          const uint64_t offset = ir::philox_step_offset(s.offset, s.stride, static_cast<double>(step[j]));
+          reg[j] = static_cast<T>(ir::philox_bits24(s.seed, offset, static_cast<uint64_t>(start + j)));
+        }
         continue;
       }
       const int arity = ir::scalar_op_arity(s.op);

@@ -41,7 +41,7 @@ inline KernelSpec strided_spec(const std::string& name, ir::ScalarProgram body, 
 }
 
 // By name: flat_f32, broadcast, transpose, lowp, f64_compute, flags, ints, all_ops,
-// dropout, dropout_transposed, wide_index, transcendental_f32, transcendental_f64.
+// dropout, dropout_transposed, dropout_step, wide_index, transcendental_f32, transcendental_f64.
 inline std::map<std::string, CudaCase> cuda_cases() {
   std::map<std::string, CudaCase> cases;
   {  // relu(x * y + p): flat, all contiguous, 128-bit f32 packs.
@@ -121,6 +121,16 @@ inline std::map<std::string, CudaCase> cuda_cases() {
     cases["dropout"] = make_case(dense_spec("dropout", body, {DType::f16}, {DType::f16}, {4099}));
     cases["dropout_transposed"] = make_case(strided_spec("dropout_transposed", body, {65, 33}, {{"x", DType::f32, {1, 65}}},
                                                 {{"y", DType::bf16, {33, 1}}}));
+  }
+  {  // Dropout with a run-time step (philox_bits24_at): here one step per element, random
+     // values of every sign and fraction, so the step's conversion to an integer (truncate,
+     // negatives and NaN 0) is checked against the reference element by element.
+    ScalarBuilder b(2);
+    const auto bits = b.philox_bits24_at(b.input(1), 0x123456789ull, 7, 3);
+    const auto keep = b.binary(ScalarOp::lt, bits, b.constant(0x600000));
+    const auto y = b.mul(b.input(0), b.select(keep, b.constant(1.5), b.constant(0)));
+    cases["dropout_step"] = make_case(dense_spec("dropout_step", b.finish({y, bits}), {DType::f16, DType::f32},
+                                                 {DType::f16, DType::f32}, {4099}));
   }
   {  // A strided input whose offsets pass 2^31 (u8, so the buffer is "only" 2 GiB).
     ScalarBuilder b(1);

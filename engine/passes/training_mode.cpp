@@ -25,6 +25,21 @@ void redirect(ir::Graph& g, int32_t n, int32_t from, int32_t to) {
   for (ir::ValueRef& out : g.outputs) move(out);
 }
 
+// Puts the step variable first (so every reader comes after it, as a graph's order
+// demands) and makes the rewritten Dropouts read it.
+void add_step_input(ir::Graph& g, const std::string& name, const std::vector<int32_t>& dropouts) {
+  ir::Node var;
+  var.op = ir::kVarOp;
+  var.name = name;
+  var.role = ir::VarRole::input;
+  var.outputs = {ir::TensorType{ir::DType::f32, {}}};
+  g.nodes.insert(g.nodes.begin(), std::move(var));
+  for (ir::Node& n : g.nodes)
+    for (ir::ValueRef& in : n.inputs) ++in.node;
+  for (ir::ValueRef& out : g.outputs) ++out.node;
+  for (int32_t d : dropouts) g.nodes[d + 1].inputs.push_back({0, 0});
+}
+
 bool has_input_types(const ir::Graph& g) {
   for (const ir::Node& n : g.nodes)
     if (n.is_var() && n.role == ir::VarRole::input && n.outputs.empty()) return false;
@@ -35,9 +50,13 @@ bool has_input_types(const ir::Graph& g) {
 
 int to_training_mode(ir::Graph& g, const TrainingOptions& options) {
   const ir::OpRegistry& reg = ir::OpRegistry::global();
+  // Checked before anything changes, so a refused graph is left as it was.
+  if (!options.step_input.empty() && g.find_var(options.step_input))
+    fail("cannot add the dropout step input '{}': a variable of that name exists", options.step_input);
   std::vector<ir::ValueRef> moving_outputs;
   int rewritten = 0;
   uint64_t dropouts = 0;
+  std::vector<int32_t> dropout_nodes;
   for (int32_t i = 0; i < static_cast<int32_t>(g.nodes.size()); ++i) {
     ir::Node& n = g.nodes[i];
     if (n.op == "BatchNorm" && !n.attrs.get_bool("use_global_stats")) {
@@ -61,10 +80,15 @@ int to_training_mode(ir::Graph& g, const TrainingOptions& options) {
       n.op = "_Dropout_train";
       n.attrs = ir::complete_attrs(reg.get(n.op), std::move(a));
       n.outputs.clear();
+      dropout_nodes.push_back(i);
       ++rewritten;
     }
   }
   g.outputs.insert(g.outputs.end(), moving_outputs.begin(), moving_outputs.end());
+  if (!options.step_input.empty() && !dropout_nodes.empty()) {
+    for (int32_t d : dropout_nodes) g.nodes[d].attrs.set("step_stride", static_cast<int64_t>(dropout_nodes.size()));
+    add_step_input(g, options.step_input, dropout_nodes);
+  }
   if (rewritten > 0 && has_input_types(g)) ir::infer_types(g);
   return rewritten;
 }

@@ -45,6 +45,7 @@ std::vector<ScalarBuilder::Val> splice_recipe(ScalarBuilder& b, const ir::Node& 
       case ScalarOp::constant: at[i] = b.constant(s.value); break;
       case ScalarOp::round_to: at[i] = b.round_to(at[s.a], s.dtype); break;
       case ScalarOp::philox_bits24: at[i] = b.philox_bits24(s.seed, s.offset); break;
+      case ScalarOp::philox_bits24_at: at[i] = b.philox_bits24_at(at[s.a], s.seed, s.offset, s.stride); break;
       case ScalarOp::select: at[i] = b.select(at[s.a], at[s.b], at[s.c]); break;
       default:
         at[i] = ir::scalar_op_arity(s.op) == 1 ? b.unary(s.op, at[s.a]) : b.binary(s.op, at[s.a], at[s.b]);
@@ -106,7 +107,7 @@ LoweredKernel lower_kernel(const ir::Graph& g, const FusedKernel& k, const std::
     // Random bits read the flat iteration index as the node's element index (see
     // keeps_row_major_order); the planner never fuses such a node otherwise.
     bool draws_bits = false;
-    for (ScalarBuilder::Val v = first_instr; v < b.size(); ++v) draws_bits |= b.at(v).op == ScalarOp::philox_bits24;
+    for (ScalarBuilder::Val v = first_instr; v < b.size(); ++v) draws_bits |= ir::reads_element_index(b.at(v).op);
     if (draws_bits && (!keeps_row_major_order(k.node_maps[idx], node.outputs[0].shape) ||
                        ir::num_elements(node.outputs[0].shape) != ir::num_elements(k.iteration)))
       fail("internal: kernel {} computes node '{}', which draws random bits, out of row-major order", name, node.name);

@@ -6,8 +6,6 @@
 #include "runtime/interpreter.h"
 #include "runtime/mxnet_params.h"
 
-#include <fmt/format.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -21,6 +19,11 @@ using runtime::Tensor;
 
 // The input the loss scale is bound to (autodiff.h's BackwardOptions::loss_scale).
 constexpr const char* kLossScaleInput = "__loss_scale__";
+// The Dropout step input (TrainingOptions::step_input): the number of steps run so far, so
+// the one compiled step draws a fresh mask each step.
+constexpr const char* kDropoutStepInput = "__dropout_step__";
+// The last step an f32 step input holds exactly (every integer up to 2^24 is an f32).
+constexpr int64_t kMaxDropoutStep = int64_t{1} << 24;
 
 // Variables training starts from constants (MXNet's and Gluon's default initializers):
 // 0 for biases, BatchNorm's beta and moving mean, 1 for gamma and the moving variance.
@@ -137,6 +140,8 @@ struct Trainer::Impl {
   std::vector<std::string> moving_stat_vars;  // per moving-statistics output, its variable
   size_t model_outputs = 0;
   int64_t skipped = 0;
+  int64_t steps = 0;             // steps run so far, skipped ones too: the next Dropout step
+  bool dropout_step = false;     // the training graph reads kDropoutStepInput
 
   Tensor labels_for(const Tensor& labels) const {
     return as_dtype(labels, label_type.dtype).reshaped(label_type.shape);
@@ -185,16 +190,6 @@ Trainer::Trainer(ir::Graph model, TrainerOptions opts) : impl_(std::make_unique<
                                                                        : 1.0;
   if (opts.loss_scaling) m.scaler.emplace(*opts.loss_scaling);
   m.model_outputs = model.outputs.size();
-  for (const ir::Node& n : model.nodes)
-    if (n.op == "Dropout" && n.attrs.get_float("p") > 0) {
-      // Its Philox offset is an attribute baked into the compiled step: a new offset per step
-      // would compile the step's kernels again every step.
-      fmt::print(stderr,
-                 "warning: train: Dropout '{}' draws the same mask at every step (its random offset is fixed "
-                 "when the step compiles)\n",
-                 n.name);
-      break;
-    }
 
   ExecutorOptions eo;
   if (opts.amp) {
@@ -208,8 +203,11 @@ Trainer::Trainer(ir::Graph model, TrainerOptions opts) : impl_(std::make_unique<
   infer_opts.check_nonfinite = false;
   eo.backward = BackwardOptions{};
   if (m.scaler) eo.backward->loss_scale = kLossScaleInput;
-  eo.training = TrainingOptions{opts.seed, 0};
+  // Dropout reads the step as an input (to_training_mode adds it only when the model has a
+  // training Dropout), so its masks change every step while the step compiles once.
+  eo.training = TrainingOptions{opts.seed, 0, kDropoutStepInput};
   m.train.emplace(Executable::compile(model, eo));
+  m.dropout_step = m.train->graph().find_var(kDropoutStepInput).has_value();
   m.infer.emplace(Executable::compile(model, infer_opts));
 
   // Initial values: seeded random, constants where training starts from them.
@@ -261,6 +259,7 @@ int Trainer::num_classes() const { return impl_->classes; }
 const LossScaler* Trainer::scaler() const { return impl_->scaler ? &*impl_->scaler : nullptr; }
 OptimizerOptions& Trainer::optimizer_options() { return impl_->optimizer->options(); }
 int64_t Trainer::skipped_steps() const { return impl_->skipped; }
+int64_t Trainer::steps() const { return impl_->steps; }
 const Executable& Trainer::training_executable() const { return *impl_->train; }
 
 StepResult Trainer::step(const Tensor& data, const Tensor& labels, bool inject_overflow) {
@@ -280,6 +279,15 @@ StepResult Trainer::step(const Tensor& data, const Tensor& labels, bool inject_o
   } else if (inject_overflow) {
     fail("train: an overflow can only be injected with loss scaling");
   }
+  if (m.dropout_step) {
+    if (m.steps > kMaxDropoutStep)
+      fail("train: step {} is beyond 2^24, where the f32 Dropout step input is no longer exact (masks would repeat)",
+           m.steps);
+    Tensor step(ir::TensorType{ir::DType::f32, {}});
+    step.set_f64(0, static_cast<double>(m.steps));
+    vars.emplace(kDropoutStepInput, step);
+  }
+  ++m.steps;
 
   RunStats rs;
   std::vector<Tensor> outs = m.train->run(vars, &rs);

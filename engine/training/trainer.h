@@ -7,7 +7,8 @@
 //                    (ExecutorOptions::check_nonfinite) -- the overflow check costs no pass
 //   step(data, labels):
 //     bind data, labels, the optimizer's forward values (the lp16 copies where AMP reads a
-//       weight in low precision), the BatchNorm moving statistics, the loss scale
+//       weight in low precision), the BatchNorm moving statistics, the loss scale, the
+//       step count (Dropout's masks change with it; nothing recompiles)
 //     run                                 -> probabilities, new moving stats, scaled grads,
 //                                            the kernels' overflow flag
 //     optimizer.step(grads, rescale = grad_rescale / scale, already_overflowed = flag)
@@ -109,6 +110,10 @@ class Trainer {
   // kernel parameters, so nothing recompiles).
   OptimizerOptions& optimizer_options();
   int64_t skipped_steps() const;
+  // Steps run so far, skipped ones included. Step s binds s as the Dropout step input
+  // (engine/passes/training_mode.h), so each step draws fresh Dropout masks from the one
+  // compiled executable; a step beyond 2^24 (no longer exact in f32) throws.
+  int64_t steps() const;
   // The f32 weights and the auxiliary states (moving statistics), by variable name.
   std::map<std::string, runtime::Tensor> arg_params() const;
   std::map<std::string, runtime::Tensor> aux_params() const;

@@ -41,7 +41,10 @@ std::vector<uint64_t> mask_indices(const ir::Shape& shape, const std::vector<int
 void dropout_train(const ir::Node& node, std::span<const Tensor> in, std::span<Tensor> out) {
   const double p = node.attrs.get_float("p");
   const auto seed = static_cast<uint64_t>(node.attrs.get_int("seed"));
-  const auto offset = static_cast<uint64_t>(node.attrs.get_int("offset"));
+  uint64_t offset = static_cast<uint64_t>(node.attrs.get_int("offset"));
+  // With a step input, the counter offset of this step (ir/philox.h), as the recipe reads it.
+  if (in.size() > 1)
+    offset = ir::philox_step_offset(offset, static_cast<uint64_t>(node.attrs.get_int("step_stride")), in[1].get_f64(0));
   const uint32_t threshold = ir::dropout_keep_threshold(p);
   // MXNet's mask value, 1.0f / pkeep in float (unused when p = 1: nothing is kept).
   const float scale = 1.0f / (1.0f - static_cast<float>(p));
