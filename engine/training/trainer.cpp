@@ -135,7 +135,7 @@ struct Trainer::Impl {
   std::optional<Executable> train, infer;
   std::optional<Optimizer> optimizer;
   std::optional<LossScaler> scaler;
-  std::vector<std::string> param_names;       // the optimizer's params, in order
+  std::map<std::string, int> param_index;     // variable name -> the optimizer's param
   std::map<std::string, Tensor> aux;          // moving statistics (f32), by name
   std::vector<std::string> moving_stat_vars;  // per moving-statistics output, its variable
   size_t model_outputs = 0;
@@ -149,10 +149,8 @@ struct Trainer::Impl {
   // The value to bind for `var` of an executable: a param's forward value (lp16 copy or
   // master) or an aux state, in the variable's dtype.
   Tensor param_binding(const ir::Node& var) const {
-    auto it = std::find(param_names.begin(), param_names.end(), var.name);
-    if (it != param_names.end()) {
-      const int i = static_cast<int>(it - param_names.begin());
-      return as_dtype(optimizer->forward_value(i), var.outputs[0].dtype);
+    if (auto it = param_index.find(var.name); it != param_index.end()) {
+      return as_dtype(optimizer->forward_value(it->second), var.outputs[0].dtype);
     }
     auto a = aux.find(var.name);
     if (a == aux.end()) fail("internal: no value for variable '{}'", var.name);
@@ -225,12 +223,10 @@ Trainer::Trainer(ir::Graph model, TrainerOptions opts) : impl_(std::make_unique<
     const ir::Node& var = variable(model, name, "model");
     std::optional<ir::DType> lowp;
     if (bound == ir::DType::f16 || bound == ir::DType::bf16) lowp = bound;
-    m.optimizer->add_param(name, as_dtype(initial_value(var), ir::DType::f32), lowp);
-    m.param_names.push_back(name);
+    m.param_index[name] = m.optimizer->add_param(name, as_dtype(initial_value(var), ir::DType::f32), lowp);
   }
   for (const ir::Node& n : model.nodes)
-    if (n.is_var() && n.role != ir::VarRole::input &&
-        std::find(m.param_names.begin(), m.param_names.end(), n.name) == m.param_names.end())
+    if (n.is_var() && n.role != ir::VarRole::input && !m.param_index.count(n.name))
       m.aux.emplace(n.name, as_dtype(initial_value(n), ir::DType::f32));
 
   // The moving statistics training_mode appended: per rewritten BatchNorm in graph order,
@@ -300,7 +296,7 @@ StepResult Trainer::step(const Tensor& data, const Tensor& labels, bool inject_o
   if (m.opts.overflow_check == OverflowCheck::separate_pass) flagged = LossScaler::any_nonfinite(grads, m.opts.pool);
   const OptimizerStep os = m.optimizer->step(grads, m.grad_rescale / r.scale, flagged);
   r.applied = os.applied;
-  r.overflow = flagged || os.overflow;
+  r.overflow = os.overflow;  // set for `flagged` too: the update did not launch
   if (m.scaler) m.scaler->update(r.overflow);
   if (r.applied) {
     for (size_t k = 0; k < m.moving_stat_vars.size(); ++k)
@@ -338,8 +334,7 @@ Evaluation Trainer::evaluate(const Tensor& data, const Tensor& labels) {
 
 std::map<std::string, Tensor> Trainer::arg_params() const {
   std::map<std::string, Tensor> out;
-  for (size_t i = 0; i < impl_->param_names.size(); ++i)
-    out.emplace(impl_->param_names[i], impl_->optimizer->master(static_cast<int>(i)).clone());
+  for (const auto& [name, i] : impl_->param_index) out.emplace(name, impl_->optimizer->master(i).clone());
   return out;
 }
 
