@@ -70,6 +70,25 @@ void gather(const std::byte* src, const Shape& shape, const std::vector<int64_t>
   }
 }
 
+// The reverse of gather: dense elements in row-major order to their strided places.
+template <class T>
+void scatter(const std::byte* src, const Shape& shape, const std::vector<int64_t>& strides, int64_t count,
+             std::byte* dst) {
+  const T* from = reinterpret_cast<const T*>(src);
+  T* to = reinterpret_cast<T*>(dst);
+  std::vector<int64_t> index(shape.size(), 0);
+  int64_t offset = 0;
+  for (int64_t i = 0; i < count; ++i) {
+    to[offset] = from[i];
+    for (size_t d = shape.size(); d-- > 0;) {
+      offset += strides[d];
+      if (++index[d] < shape[d]) break;
+      offset -= strides[d] * shape[d];
+      index[d] = 0;
+    }
+  }
+}
+
 // Element k of a buffer of T.
 template <class T>
 const T& at(const std::byte* base, int64_t k) {
@@ -240,6 +259,24 @@ Tensor Tensor::clone() const {
     default: fail("no strided copy for {}-byte elements", ir::dtype_size(dtype()));
   }
   return t;
+}
+
+void Tensor::copy_from(const Tensor& from) {
+  if (from.type_ != type_)
+    fail("cannot copy {} into {}: the types differ", ir::type_str(from.type_), ir::type_str(type_));
+  const std::byte* src = static_cast<const std::byte*>(from.raw());
+  if (is_contiguous()) {
+    if (bytes()) std::memcpy(data_.get(), src, bytes());
+    return;
+  }
+  std::byte* to = data_.get();
+  switch (ir::dtype_size(dtype())) {
+    case 1: scatter<uint8_t>(src, shape(), strides_, size_, to); break;
+    case 2: scatter<uint16_t>(src, shape(), strides_, size_, to); break;
+    case 4: scatter<uint32_t>(src, shape(), strides_, size_, to); break;
+    case 8: scatter<uint64_t>(src, shape(), strides_, size_, to); break;
+    default: fail("no strided copy for {}-byte elements", ir::dtype_size(dtype()));
+  }
 }
 
 Tensor Tensor::contiguous() const { return is_contiguous() ? *this : clone(); }

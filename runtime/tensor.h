@@ -83,6 +83,9 @@ class Tensor {
 
   // A dense copy in a buffer of its own.
   Tensor clone() const;
+  // Copies the elements of `from`, a contiguous tensor of the same type, into this
+  // tensor's buffer, whatever its strides (how a result goes into a framework's tensor).
+  void copy_from(const Tensor& from);
   // This tensor when contiguous, otherwise clone().
   Tensor contiguous() const;
   // Same buffer, new shape with the same element count (throws otherwise, and for a

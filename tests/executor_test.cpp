@@ -437,6 +437,32 @@ TEST(ExecutorThreads, RunsFromFourThreadsAtOnceGiveTheSameResults) {
   EXPECT_EQ(computed_constants.load(), 1);
 }
 
+// oneDNN primitives made by the compiling thread run on other threads, each run on a
+// thread of its own that never compiled anything (as a framework's worker threads call
+// it). oneDNN's library-managed scratchpad is per thread and made with the primitive, so
+// a convolution that needs one crashed here; the primitives take their scratchpad from
+// the caller (runtime/onednn/onednn_ops.cpp).
+TEST(ExecutorThreads, PrimitivesRunOnThreadsThatDidNotCreateThem) {
+  ir::Graph g = ir::parse_graph(R"(graph {
+    %x = var input : f32[2,16,31,31]
+    %w = var param : f32[32,16,3,3]
+    %c = Convolution(%x, %w) {kernel=[3,3], num_filter=32, no_bias=true, pad=[1,1]}
+    %p = Pooling(%c) {kernel=[3,3], stride=[2,2], pool_type="max"}
+    %v = var param : f32[8,32,1,1]
+    %d = Convolution(%p, %v) {kernel=[1,1], num_filter=8, no_bias=true}
+    return %d
+  })");
+  ir::infer_types(g);
+  const Executable exe = Executable::compile(g);
+  const runtime::Bindings vars = runtime::random_bindings(g, 6);
+  const std::vector<Tensor> want = runtime::interpret(g, vars);
+  for (int t = 0; t < 3; ++t) {
+    std::vector<Tensor> got;
+    std::thread([&] { got = exe.run(vars); }).join();
+    expect_near(want, got, 1e-5);
+  }
+}
+
 // Compile statistics are the compiling executable's own, also when other threads compile
 // into the same cache at the same time.
 TEST(ExecutorThreads, CompileStatisticsBelongToTheirExecutable) {

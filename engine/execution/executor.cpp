@@ -115,6 +115,9 @@ struct Executable::Impl {
   std::vector<int32_t> constant_vars;         // variable nodes whose values are constants
   std::vector<int32_t> constant_values;       // value ids computed from constants (views too)
   std::vector<int32_t> output_roots;          // values with an output buffer
+  // Per value id: the graph output whose caller buffer run_into may compute this output
+  // root in (the first output with this root), or -1.
+  std::vector<int32_t> direct_output_of_root;
   std::vector<int32_t> rebound_views;         // views of variables, constants and outputs
   std::vector<std::vector<int32_t>> views_of;  // per root value id
   size_t flag_count = 0;                      // int32 flags of every device kernel
@@ -160,7 +163,10 @@ struct Executable::Impl {
   ValueTable unbound_table() const;
   std::unique_ptr<RunContext> make_context() const;
   std::shared_ptr<ConstantSet> constants_for(const runtime::Bindings& vars, RunStats& rs) const;
-  void bind_per_run(RunContext& ctx, const runtime::Bindings& vars, const ConstantSet* cs, RunStats& rs) const;
+  void bind_per_run(RunContext& ctx, const runtime::Bindings& vars, const ConstantSet* cs, std::span<Tensor> into,
+                    std::vector<bool>& direct, RunStats& rs) const;
+  bool writable_in_place(const Tensor& out, const runtime::Bindings& vars) const;
+  void run(const runtime::Bindings& vars, std::span<Tensor> into, std::vector<Tensor>* returned, RunStats* stats) const;
   void release_per_run(RunContext& ctx) const;
 
   void execute(size_t s, ValueTable& t, Scratch& scratch, const ConstantSet* cs, DevicePtr flags, RunStats& rs) const;
@@ -358,6 +364,12 @@ Executable Executable::compile(ir::Graph g, const ExecutorOptions& opts) {
     if (r != static_cast<int32_t>(id) && kind != BufferValue::Kind::intermediate)
       im.rebound_views.push_back(static_cast<int32_t>(id));
   }
+  im.direct_output_of_root.assign(im.memory.root.size(), -1);
+  for (size_t i = 0; i < im.graph.outputs.size(); ++i) {
+    const int32_t r = im.memory.root_of(im.graph.outputs[i]);
+    if (im.memory.buffers[r].kind == BufferValue::Kind::output && im.direct_output_of_root[r] < 0)
+      im.direct_output_of_root[r] = static_cast<int32_t>(i);
+  }
 
   st.compile_seconds = seconds_since(t0);
   return Executable(std::move(impl));
@@ -512,7 +524,7 @@ std::shared_ptr<Executable::Impl::ConstantSet> Executable::Impl::constants_for(c
 
 // Variables, constants and output buffers: bound for this run only.
 void Executable::Impl::bind_per_run(RunContext& ctx, const runtime::Bindings& vars, const ConstantSet* cs,
-                                    RunStats& rs) const {
+                                    std::span<Tensor> into, std::vector<bool>& direct, RunStats& rs) const {
   ValueTable& t = ctx.values;
   for (int32_t n : variable_nodes) {
     const int32_t id = memory.first_value[n];
@@ -532,6 +544,13 @@ void Executable::Impl::bind_per_run(RunContext& ctx, const runtime::Bindings& va
     }
   }
   for (int32_t id : output_roots) {
+    // run_into: the caller's buffer where the kernels can write it directly.
+    if (const int32_t i = into.empty() ? -1 : direct_output_of_root[id]; i >= 0 && writable_in_place(into[i], vars)) {
+      t.host[id].share_storage(into[i]);
+      if (!two_spaces) t.dev[id] = address_of(into[i]);
+      direct[static_cast<size_t>(i)] = true;
+      continue;
+    }
     // The previous run's buffer, unless the caller still holds it.
     Tensor& out = ctx.outputs[static_cast<size_t>(memory.buffers[id].output_index)];
     if (out.empty_storage() || !out.sole_owner()) {
@@ -545,6 +564,22 @@ void Executable::Impl::bind_per_run(RunContext& ctx, const runtime::Bindings& va
     const Tensor& root = t.host[memory.root[v]];
     if (!root.empty_storage()) t.host[v].share_storage(root);
   }
+}
+
+// A caller's output buffer the plan can compute in: dense (kernels write row-major) and
+// apart from every input, which steps may still read after the output is written.
+bool Executable::Impl::writable_in_place(const Tensor& out, const runtime::Bindings& vars) const {
+  if (!out.is_contiguous() || out.empty_storage()) return false;
+  const auto* begin = static_cast<const std::byte*>(out.raw());
+  const auto* end = begin + out.bytes();
+  for (int32_t n : variable_nodes) {
+    const Tensor& in = runtime::bound_variable(graph.nodes[n], vars);
+    if (in.empty_storage()) continue;
+    const std::byte* in_begin = in.is_contiguous() ? static_cast<const std::byte*>(in.raw()) : nullptr;
+    if (!in_begin) return false;  // strided inputs: not worth proving apart
+    if (in_begin < end && begin < in_begin + in.capacity()) return false;
+  }
+  return true;
 }
 
 // Drops what the run bound, so that the caller's tensors and the returned outputs are the
@@ -659,8 +694,30 @@ void Executable::Impl::execute(size_t s, ValueTable& t, Scratch& scratch, const 
 // ---- run ----------------------------------------------------------------------------------------
 
 std::vector<Tensor> Executable::run(const runtime::Bindings& vars, RunStats* stats) const {
+  std::vector<Tensor> outputs;
+  impl_->run(vars, {}, &outputs, stats);
+  return outputs;
+}
+
+void Executable::run_into(const runtime::Bindings& vars, std::span<Tensor> outputs, RunStats* stats) const {
+  const ir::Graph& g = impl_->graph;
+  if (outputs.size() != g.outputs.size())
+    fail("run_into: {} output buffers given for a graph with {} outputs", outputs.size(), g.outputs.size());
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    const ir::TensorType& want = g.type(g.outputs[i]);
+    if (outputs[i].type() != want)
+      fail("run_into: output {} (node '{}') is {}, its buffer is {}", i, g.nodes[g.outputs[i].node].name,
+           ir::type_str(want), ir::type_str(outputs[i].type()));
+    if (outputs[i].empty_storage() && outputs[i].size() > 0)
+      fail("run_into: output {} (node '{}') has no buffer", i, g.nodes[g.outputs[i].node].name);
+  }
+  impl_->run(vars, outputs, nullptr, stats);
+}
+
+void Executable::Impl::run(const runtime::Bindings& vars, std::span<Tensor> into, std::vector<Tensor>* returned,
+                           RunStats* stats) const {
   const auto t0 = std::chrono::steady_clock::now();
-  const Impl& im = *impl_;
+  const Impl& im = *this;
   RunStats rs;
 
   std::unique_ptr<Impl::RunContext> ctx;
@@ -688,7 +745,8 @@ std::vector<Tensor> Executable::run(const runtime::Bindings& vars, RunStats* sta
 
   std::shared_ptr<const Impl::ConstantSet> cs;
   if (im.opts.constant_params && (!im.constant_vars.empty() || !im.constant_values.empty())) cs = im.constants_for(vars, rs);
-  im.bind_per_run(*ctx, vars, cs.get(), rs);
+  std::vector<bool> direct(into.size(), false);
+  im.bind_per_run(*ctx, vars, cs.get(), into, direct, rs);
   if (cs) rs.nonfinite = cs->nonfinite;
 
   ValueTable& t = ctx->values;
@@ -709,12 +767,17 @@ std::vector<Tensor> Executable::run(const runtime::Bindings& vars, RunStats* sta
   }
   im.device->synchronize();
 
-  std::vector<Tensor> outputs;
-  outputs.reserve(im.graph.outputs.size());
-  for (ValueRef v : im.graph.outputs) outputs.push_back(t.host[im.id(v)]);
+  if (returned) {
+    returned->reserve(im.graph.outputs.size());
+    for (ValueRef v : im.graph.outputs) returned->push_back(t.host[im.id(v)]);
+  }
+  for (size_t i = 0; i < into.size(); ++i) {
+    if (direct[i]) continue;
+    into[i].copy_from(t.host[im.id(im.graph.outputs[i])]);
+    ++rs.output_copies;
+  }
   rs.seconds = seconds_since(t0);
   if (stats) *stats = rs;
-  return outputs;
 }
 
 }  // namespace ampfuse::engine

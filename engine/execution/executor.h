@@ -31,6 +31,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -154,6 +155,9 @@ struct RunStats {
   // (graph outputs whose previous buffers the caller still holds, interpreter fallbacks).
   // 0 once a run context exists for this thread's turn and the caller let go of the outputs.
   int64_t allocations = 0;
+  // run_into: outputs copied into the caller's buffer after the run instead of computed in
+  // it (see run_into); 0 when every output was written where the caller asked.
+  int output_copies = 0;
   // Copies between the host and a GPU (0 on the CPU).
   int uploads = 0, downloads = 0;
   int64_t upload_bytes = 0, download_bytes = 0;
@@ -171,6 +175,15 @@ class Executable {
   // run once the caller has let go of them. Safe to call from several threads at once: each
   // run takes a run context of its own (made on first need, kept for later runs).
   std::vector<runtime::Tensor> run(const runtime::Bindings& vars, RunStats* stats = nullptr) const;
+
+  // Runs the graph into the caller's buffers, as a framework with its own output tensors
+  // needs: outputs[i] must have exactly graph output i's type (throws ampfuse::Error
+  // naming the output otherwise) and is written, nothing else. The plan computes each
+  // output directly in the caller's memory when it can: the buffer is contiguous, overlaps
+  // no bound variable, and no earlier output is the same value. Otherwise (and for outputs
+  // that are variables or constants) the result is computed aside and copied in, counted
+  // in RunStats::output_copies. Thread-safe as run().
+  void run_into(const runtime::Bindings& vars, std::span<runtime::Tensor> outputs, RunStats* stats = nullptr) const;
 
   const ir::Graph& graph() const;  // after the passes: what the plan computes
   const Plan& plan() const;

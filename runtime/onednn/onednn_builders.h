@@ -56,6 +56,12 @@ struct Prepared {
 
 dnnl::engine& cpu_engine();
 
+// What every stored primitive is made with: its scratchpad comes from the caller at each
+// execute() (this thread's buffer). oneDNN's own ("library") scratchpad is made per thread
+// with the primitive, so a primitive made on one thread crashed when run on another (a
+// framework's worker thread, a Python thread).
+const dnnl::primitive_attr& scratchpad_attr();
+
 // The oneDNN type of an f32 or bf16 tensor; refuses any other.
 memory::data_type dnnl_type(DType t);
 
@@ -69,8 +75,8 @@ memory::desc dense_desc(const ir::Shape& shape, DType t);
 
 memory wrap(const memory::desc& d, const void* p);
 
-// Runs `prim` on this thread's stream and waits for it.
-void execute(const dnnl::primitive& prim, const std::unordered_map<int, memory>& args);
+// Runs `prim` on this thread's stream, with this thread's scratchpad, and waits for it.
+void execute(const dnnl::primitive& prim, std::unordered_map<int, memory> args);
 
 void require_inputs(const Node& n, Types in, size_t lo, size_t hi);
 

@@ -14,8 +14,8 @@ namespace {
 template <class Forward, class Backward>
 Prepared softmax_gradient(const memory::desc& md, int axis) {
   const typename Forward::primitive_desc hint(typename Forward::desc(dnnl::prop_kind::forward_training, md, axis),
-                                              cpu_engine());
-  const typename Backward::primitive_desc pd(typename Backward::desc(md, md, axis), cpu_engine(), hint);
+                                              scratchpad_attr(), cpu_engine());
+  const typename Backward::primitive_desc pd(typename Backward::desc(md, md, axis), scratchpad_attr(), cpu_engine(), hint);
   const Backward prim(pd);
   return Prepared{pd.impl_info_str(), [=](InPtrs ins, OutPtrs outs, WeightSlot) {
                     execute(prim, {{DNNL_ARG_DIFF_DST, wrap(md, ins[0])},
@@ -74,9 +74,9 @@ Prepared prepare_backward_layer_norm(const Node& n, Types in, Types out) {
   const float eps = static_cast<float>(n.attrs.get_float("eps"));
   const auto flags = dnnl::normalization_flags::use_scale | dnnl::normalization_flags::use_shift;
   const dnnl::layer_normalization_forward::primitive_desc fpd(
-      dnnl::layer_normalization_forward::desc(dnnl::prop_kind::forward_training, md, stats, eps, flags), cpu_engine());
+      dnnl::layer_normalization_forward::desc(dnnl::prop_kind::forward_training, md, stats, eps, flags), scratchpad_attr(), cpu_engine());
   const dnnl::layer_normalization_backward::primitive_desc bpd(
-      dnnl::layer_normalization_backward::desc(dnnl::prop_kind::backward, md, md, stats, eps, flags), cpu_engine(),
+      dnnl::layer_normalization_backward::desc(dnnl::prop_kind::backward, md, md, stats, eps, flags), scratchpad_attr(), cpu_engine(),
       fpd);
   const dnnl::layer_normalization_forward forward(fpd);
   const dnnl::layer_normalization_backward backward(bpd);

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstdlib>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -82,7 +83,34 @@ dnnl::stream& thread_stream() {
   return s;
 }
 
-void execute(const dnnl::primitive& prim, const std::unordered_map<int, memory>& args) {
+const dnnl::primitive_attr& scratchpad_attr() {
+  static const dnnl::primitive_attr attr = [] {
+    dnnl::primitive_attr a;
+    a.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    return a;
+  }();
+  return attr;
+}
+
+void execute(const dnnl::primitive& prim, std::unordered_map<int, memory> args) {
+  // The scratchpad the primitive asks for (none for those made without scratchpad_attr()),
+  // from a buffer of this thread's that grows to the largest request and stays.
+  const dnnl::primitive_desc_base pd(const_cast<dnnl_primitive_desc_t>(prim.get_primitive_desc()), true);
+  const memory::desc scratch = pd.scratchpad_desc();
+  if (const size_t bytes = scratch.get_size(); bytes > 0) {
+    struct Free {
+      void operator()(std::byte* p) const { std::free(p); }
+    };
+    thread_local std::unique_ptr<std::byte, Free> buffer;
+    thread_local size_t capacity = 0;
+    if (capacity < bytes) {
+      const size_t rounded = (bytes + 4095) / 4096 * 4096;
+      buffer.reset(static_cast<std::byte*>(std::aligned_alloc(4096, rounded)));
+      if (!buffer) fail("oneDNN scratchpad of {} bytes: out of memory", rounded);
+      capacity = rounded;
+    }
+    args.emplace(DNNL_ARG_SCRATCHPAD, memory(scratch, cpu_engine(), buffer.get()));
+  }
   prim.execute(thread_stream(), args);
   thread_stream().wait();
 }
@@ -216,7 +244,7 @@ std::function<void(InPtrs, OutPtrs, WeightSlot)> run_with_weights(Prim prim, mem
     std::unordered_map<int, memory> args{
         {src_arg, wrap(src, ins[0])}, {DNNL_ARG_WEIGHTS, w}, {dst_arg, wrap(dst, outs[0])}};
     if (has_bias) args.emplace(DNNL_ARG_BIAS, wrap(bias, ins[2]));
-    execute(prim, args);
+    execute(prim, std::move(args));
   };
 }
 
@@ -245,10 +273,10 @@ Prepared prepare_convolution(const Node& n, Types in, Types out, bool deconv) {
     dnnl::convolution_forward::desc fd(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct, dst,
                                        any_layout(conv_weights), src, cw.strides, cw.dilates, cw.pad_left,
                                        cw.pad_right);
-    dnnl::convolution_forward::primitive_desc fpd(fd, cpu_engine());
+    dnnl::convolution_forward::primitive_desc fpd(fd, scratchpad_attr(), cpu_engine());
     dnnl::convolution_backward_data::desc bd(dnnl::algorithm::convolution_direct, dst, any_layout(conv_weights), src,
                                              cw.strides, cw.dilates, cw.pad_left, cw.pad_right);
-    dnnl::convolution_backward_data::primitive_desc pd(bd, cpu_engine(), fpd);
+    dnnl::convolution_backward_data::primitive_desc pd(bd, scratchpad_attr(), cpu_engine(), fpd);
     return Prepared{pd.impl_info_str(),
                     run_with_weights(dnnl::convolution_backward_data(pd), src, conv_weights, pd.weights_desc(), {},
                                      dst, false, DNNL_ARG_DIFF_DST, DNNL_ARG_DIFF_SRC)};
@@ -257,13 +285,13 @@ Prepared prepare_convolution(const Node& n, Types in, Types out, bool deconv) {
     dnnl::deconvolution_forward::desc d(dnnl::prop_kind::forward_inference, dnnl::algorithm::deconvolution_direct, src,
                                         any_layout(wuser), bias_desc, dst, w.strides, w.dilates, w.pad_left,
                                         w.pad_right);
-    dnnl::deconvolution_forward::primitive_desc pd(d, cpu_engine());
+    dnnl::deconvolution_forward::primitive_desc pd(d, scratchpad_attr(), cpu_engine());
     return Prepared{pd.impl_info_str(), run_with_weights(dnnl::deconvolution_forward(pd), src, wuser,
                                                          pd.weights_desc(), bias_desc, dst, has_bias)};
   }
   dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, src,
                                     any_layout(wuser), bias_desc, dst, w.strides, w.dilates, w.pad_left, w.pad_right);
-  dnnl::convolution_forward::primitive_desc pd(d, cpu_engine());
+  dnnl::convolution_forward::primitive_desc pd(d, scratchpad_attr(), cpu_engine());
   return Prepared{pd.impl_info_str(), run_with_weights(dnnl::convolution_forward(pd), src, wuser, pd.weights_desc(),
                                                        bias_desc, dst, has_bias)};
 }
@@ -282,10 +310,10 @@ Prepared prepare_convolution_weight_gradient(const Node& n, Types in, Types out)
   // The backward primitive takes the forward one it belongs to as a hint.
   dnnl::convolution_forward::desc fd(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct, src,
                                      any_layout(wuser), diff_dst, w.strides, w.dilates, w.pad_left, w.pad_right);
-  dnnl::convolution_forward::primitive_desc fpd(fd, cpu_engine());
+  dnnl::convolution_forward::primitive_desc fpd(fd, scratchpad_attr(), cpu_engine());
   dnnl::convolution_backward_weights::desc bd(dnnl::algorithm::convolution_direct, src, any_layout(wuser), diff_dst,
                                               w.strides, w.dilates, w.pad_left, w.pad_right);
-  dnnl::convolution_backward_weights::primitive_desc pd(bd, cpu_engine(), fpd);
+  dnnl::convolution_backward_weights::primitive_desc pd(bd, scratchpad_attr(), cpu_engine(), fpd);
   // oneDNN 2.6's AVX2 1x1 kernel writes past its workspace (heap corruption) for strided
   // channels-last data with input channels per group not a multiple of its block of 8
   // (oneDNN issue #6035): the next implementation runs those.
@@ -324,14 +352,14 @@ Prepared prepare_matmul(const Node& n, Types in, Types out, int64_t batch, int64
   memory::desc bias;
   if (has_bias) bias = memory::desc({1, 1, nn}, dnnl_type(in[2].dtype), memory::format_tag::abc);
   dnnl::matmul::desc d(a, b, bias, c);
-  dnnl::matmul::primitive_desc pd(d, cpu_engine());
+  dnnl::matmul::primitive_desc pd(d, scratchpad_attr(), cpu_engine());
   dnnl::matmul prim(pd);
   return Prepared{pd.impl_info_str(), [=](InPtrs ins, OutPtrs outs, WeightSlot) {
                     std::unordered_map<int, memory> args{{DNNL_ARG_SRC, wrap(a, ins[0])},
                                                          {DNNL_ARG_WEIGHTS, wrap(b, ins[1])},
                                                          {DNNL_ARG_DST, wrap(c, outs[0])}};
                     if (has_bias) args.emplace(DNNL_ARG_BIAS, wrap(bias, ins[2]));
-                    execute(prim, args);
+                    execute(prim, std::move(args));
                   }};
 }
 
@@ -392,14 +420,14 @@ std::optional<Prepared> pool_channel_blocked(const PoolDesc& pool_desc, const me
     const memory::desc& bdst = dst_blockings[b].layout;
     dnnl::pooling_forward::primitive_desc pd;
     try {
-      pd = dnnl::pooling_forward::primitive_desc(pool_desc(bsrc, bdst), cpu_engine());
+      pd = dnnl::pooling_forward::primitive_desc(pool_desc(bsrc, bdst), scratchpad_attr(), cpu_engine());
     } catch (const dnnl::error&) {
       continue;
     }
     if (onednn_impl_is_slow(pd.impl_info_str())) continue;
     const dnnl::pooling_forward prim(pd);
-    const dnnl::reorder to_blocks(dnnl::reorder::primitive_desc(cpu_engine(), src, cpu_engine(), bsrc));
-    const dnnl::reorder from_blocks(dnnl::reorder::primitive_desc(cpu_engine(), bdst, cpu_engine(), dst));
+    const dnnl::reorder to_blocks(dnnl::reorder::primitive_desc(cpu_engine(), src, cpu_engine(), bsrc, scratchpad_attr()));
+    const dnnl::reorder from_blocks(dnnl::reorder::primitive_desc(cpu_engine(), bdst, cpu_engine(), dst, scratchpad_attr()));
     const std::string impl = fmt::format("{} (via {})", pd.impl_info_str(), src_blockings[b].name);
     return Prepared{impl, [=](InPtrs ins, OutPtrs outs, WeightSlot) {
                       // Per call: a Prepared is shared by every thread that runs the node.
@@ -426,7 +454,7 @@ Prepared prepare_pooling(const Node& n, Types in, Types out) {
     return dnnl::pooling_forward::desc(dnnl::prop_kind::forward_inference, w.algorithm, s, d, w.stride, w.kernel,
                                        w.pad_left, w.pad_right);
   };
-  dnnl::pooling_forward::primitive_desc pd(pool_desc(src, dst), cpu_engine());
+  dnnl::pooling_forward::primitive_desc pd(pool_desc(src, dst), scratchpad_attr(), cpu_engine());
   if (!geo.channels_last && onednn_impl_is_slow(pd.impl_info_str()))
     if (std::optional<Prepared> blocked = pool_channel_blocked(pool_desc, src, dst)) return std::move(*blocked);
   dnnl::pooling_forward prim(pd);
@@ -446,7 +474,7 @@ Prepared prepare_softmax(const Node& n, Types in, Types out) {
   const int axis = static_cast<int>(ir::nn::normalize_axis(n.attrs.get_int("axis"), x.shape.size()));
   memory::desc md = dense_desc(x.shape, x.dtype);
   dnnl::softmax_forward::desc d(dnnl::prop_kind::forward_inference, md, axis);
-  dnnl::softmax_forward::primitive_desc pd(d, cpu_engine());
+  dnnl::softmax_forward::primitive_desc pd(d, scratchpad_attr(), cpu_engine());
   dnnl::softmax_forward prim(pd);
   return Prepared{pd.impl_info_str(), [=](InPtrs ins, OutPtrs outs, WeightSlot) {
                     execute(prim, {{DNNL_ARG_SRC, wrap(md, ins[0])}, {DNNL_ARG_DST, wrap(md, outs[0])}});
@@ -468,7 +496,7 @@ Prepared prepare_layer_norm(const Node& n, Types in, Types outs) {
   const float eps = static_cast<float>(n.attrs.get_float("eps"));
   dnnl::layer_normalization_forward::desc d(dnnl::prop_kind::forward_inference, md, eps,
                                             dnnl::normalization_flags::use_scale | dnnl::normalization_flags::use_shift);
-  dnnl::layer_normalization_forward::primitive_desc pd(d, cpu_engine());
+  dnnl::layer_normalization_forward::primitive_desc pd(d, scratchpad_attr(), cpu_engine());
   dnnl::layer_normalization_forward prim(pd);
   return Prepared{pd.impl_info_str(), [=](InPtrs ins, OutPtrs o, WeightSlot) {
                     execute(prim, {{DNNL_ARG_SRC, wrap(md, ins[0])},

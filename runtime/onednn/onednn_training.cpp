@@ -189,7 +189,7 @@ std::optional<Prepared> jit_reduction(const TensorType& x, const TensorType& y, 
   try {
     const dnnl::reduction::primitive_desc pd(
         dnnl::reduction::desc(mean ? dnnl::algorithm::reduction_mean : dnnl::algorithm::reduction_sum, src, dst, 0, 0),
-        cpu_engine());
+        scratchpad_attr(), cpu_engine());
     if (onednn_impl_is_slow(pd.impl_info_str())) return std::nullopt;
     const dnnl::reduction prim(pd);
     return Prepared{pd.impl_info_str(), [=](InPtrs ins, OutPtrs outs, WeightSlot) {
@@ -221,7 +221,7 @@ using BatchNormPd = dnnl::batch_normalization_forward::primitive_desc;
 
 BatchNormPd batch_norm_pd(const memory::desc& md, float eps, dnnl::normalization_flags flags) {
   return BatchNormPd(dnnl::batch_normalization_forward::desc(dnnl::prop_kind::forward_training, md, eps, flags),
-                     cpu_engine());
+                     scratchpad_attr(), cpu_engine());
 }
 
 // oneDNN 2.6 normalizes channels-first data with a plain C++ loop ("ncsp_bnorm", 3x slower
@@ -286,8 +286,8 @@ Prepared prepare_batch_norm_train(const Node& n, Types in, Types out) {
       inner = blocked->blocking.layout;
       pd = blocked->pd;
       impl = fmt::format("{} (via {})", pd.impl_info_str(), blocked->blocking.name);
-      to_inner = dnnl::reorder(dnnl::reorder::primitive_desc(cpu_engine(), md, cpu_engine(), inner));
-      from_inner = dnnl::reorder(dnnl::reorder::primitive_desc(cpu_engine(), inner, cpu_engine(), md));
+      to_inner = dnnl::reorder(dnnl::reorder::primitive_desc(cpu_engine(), md, cpu_engine(), inner, scratchpad_attr()));
+      from_inner = dnnl::reorder(dnnl::reorder::primitive_desc(cpu_engine(), inner, cpu_engine(), md, scratchpad_attr()));
     }
   const dnnl::batch_normalization_forward prim(pd);
   return Prepared{impl, [=](InPtrs ins, OutPtrs outs, WeightSlot) {
@@ -304,7 +304,7 @@ Prepared prepare_batch_norm_train(const Node& n, Types in, Types out) {
                                                          {DNNL_ARG_MEAN, wrap(per_channel, mean)},
                                                          {DNNL_ARG_VARIANCE, wrap(per_channel, invstd)}};
                     if (!fix_gamma) args.emplace(DNNL_ARG_SCALE, wrap(per_channel, ins[1]));
-                    execute(prim, args);
+                    execute(prim, std::move(args));
                     if (from_inner) execute(*from_inner, {{DNNL_ARG_FROM, dst}, {DNNL_ARG_TO, wrap(md, outs[0])}});
                     const auto* moving_mean = static_cast<const float*>(ins[3]);
                     const auto* moving_var = static_cast<const float*>(ins[4]);
@@ -339,9 +339,9 @@ PoolingGradient pooling_gradient(const PoolWindow& w, const memory::desc& src, c
   dnnl::pooling_forward::primitive_desc forward(
       dnnl::pooling_forward::desc(dnnl::prop_kind::forward_training, w.algorithm, src, dst, w.stride, w.kernel,
                                   w.pad_left, w.pad_right),
-      cpu_engine());
+      scratchpad_attr(), cpu_engine());
   dnnl::pooling_backward::primitive_desc backward(
-      dnnl::pooling_backward::desc(w.algorithm, src, dst, w.stride, w.kernel, w.pad_left, w.pad_right), cpu_engine(),
+      dnnl::pooling_backward::desc(w.algorithm, src, dst, w.stride, w.kernel, w.pad_left, w.pad_right), scratchpad_attr(), cpu_engine(),
       forward);
   return {src, dst, forward, backward};
 }
@@ -384,9 +384,9 @@ Prepared prepare_pooling_gradient(const Node& n, Types in, Types out) {
   const dnnl::pooling_backward backward(p.backward);
   std::optional<dnnl::reorder> data_in, gradient_in, gradient_out;
   if (reordered) {
-    data_in = dnnl::reorder(dnnl::reorder::primitive_desc(cpu_engine(), src, cpu_engine(), p.src));
-    gradient_in = dnnl::reorder(dnnl::reorder::primitive_desc(cpu_engine(), dst, cpu_engine(), p.dst));
-    gradient_out = dnnl::reorder(dnnl::reorder::primitive_desc(cpu_engine(), p.src, cpu_engine(), src));
+    data_in = dnnl::reorder(dnnl::reorder::primitive_desc(cpu_engine(), src, cpu_engine(), p.src, scratchpad_attr()));
+    gradient_in = dnnl::reorder(dnnl::reorder::primitive_desc(cpu_engine(), dst, cpu_engine(), p.dst, scratchpad_attr()));
+    gradient_out = dnnl::reorder(dnnl::reorder::primitive_desc(cpu_engine(), p.src, cpu_engine(), src, scratchpad_attr()));
   }
   // The slower of the two names the step (run reports flag reference loops).
   const std::string impl =
@@ -411,7 +411,7 @@ Prepared prepare_pooling_gradient(const Node& n, Types in, Types out) {
                       execute(forward, {{DNNL_ARG_SRC, data}, {DNNL_ARG_DST, thread_buffer(0, inner_dst)}, {DNNL_ARG_WORKSPACE, where}});
                       args.emplace(DNNL_ARG_WORKSPACE, where);
                     }
-                    execute(backward, args);
+                    execute(backward, std::move(args));
                     if (reordered) execute(*gradient_out, {{DNNL_ARG_FROM, result}, {DNNL_ARG_TO, wrap(src, outs[0])}});
                   }};
 }
