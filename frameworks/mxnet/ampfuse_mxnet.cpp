@@ -7,7 +7,8 @@
 //   reviewSubgraph  a region is accepted when ampfuse imports it (and, where MXNet has
 //                   propagated shapes, infers its types); the AMP choice is written into
 //                   the subgraph node's attributes
-//   createOpState   one Region per subgraph node; Forward wraps MXNet's memory
+//   createOpState   the Region of the subgraph (one per JSON and AMP choice, kept across
+//                   the states MXNet makes); Forward wraps MXNet's memory
 //
 // Options (optimize_for(..., backend='ampfuse', amp=...), hybridize(backend_opts=...)):
 //   amp = off | bf16 | fp16   AMP inside the regions. Unset: the environment decides, as for
@@ -28,7 +29,9 @@
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
-#include <atomic>
+#include <map>
+#include <memory>
+#include <mutex>
 #include <cstdlib>
 #include <iostream>
 
@@ -178,8 +181,7 @@ MXReturnValue review_subgraph(const Graph* subgraph, int subgraph_id, bool* acce
 
 class SubgraphOp : public CustomStatefulOp {
  public:
-  // Takes ownership (CustomStatefulOp::create copies its arguments, so no unique_ptr).
-  explicit SubgraphOp(af::mxnet::Region* region) : region_(region) {}
+  explicit SubgraphOp(std::shared_ptr<af::mxnet::Region> region) : region_(std::move(region)) {}
 
   MXReturnValue Forward(std::vector<MXTensor>* inputs, std::vector<MXTensor>* outputs,
                         const OpResource& res) override {
@@ -189,10 +191,15 @@ class SubgraphOp : public CustomStatefulOp {
       for (size_t i = 0; i < inputs->size(); ++i) in.push_back({wrap((*inputs)[i], "input", i), (*inputs)[i].verID});
       std::vector<af::runtime::Tensor> out;
       for (size_t i = 0; i < outputs->size(); ++i) out.push_back(wrap((*outputs)[i], "output", i));
-      const int before = verbose() ? region_->stats().compilations : 0;
+      const af::mxnet::RegionStats before = verbose() ? region_->stats() : af::mxnet::RegionStats{};
       region_->run(in, out);
-      if (verbose() && region_->stats().compilations != before)
-        std::cerr << "ampfuse: " << name() << ": compiled for a new input signature\n";
+      if (verbose()) {
+        const af::mxnet::RegionStats after = region_->stats();
+        if (after.compilations != before.compilations)
+          std::cerr << "ampfuse: " << name() << ": compiled for a new input signature\n";
+        if (after.constant_refreshes != before.constant_refreshes)
+          std::cerr << "ampfuse: " << name() << ": weights written in place, their casts computed again\n";
+      }
       return MX_SUCCESS;
     } catch (const std::exception& e) {
       MX_ERROR_MSG << "ampfuse: " << e.what();
@@ -219,10 +226,42 @@ class SubgraphOp : public CustomStatefulOp {
     return af::runtime::Tensor::wrap(t.data_ptr, type);
   }
 
-  std::unique_ptr<af::mxnet::Region> region_;
+  std::shared_ptr<af::mxnet::Region> region_;
 };
 
-std::atomic<int> region_count{0};
+// Regions by (AMP choice, subgraph JSON), shared by every operator state made for them.
+// MXNet's imperative path (a CachedOp without static_alloc) creates the subgraph operator's
+// state anew on every forward call; without this cache each call would import, plan and
+// compile its region again. Bounded: the least recently created region goes first.
+class RegionCache {
+ public:
+  std::shared_ptr<af::mxnet::Region> get(const std::string& json, const std::string& amp) {
+    std::lock_guard lock(mutex_);
+    const std::string key = amp + "\n" + json;
+    auto it = regions_.find(key);
+    if (it != regions_.end()) return it->second;
+    auto region = std::make_shared<af::mxnet::Region>(json, "ampfuse region #" + std::to_string(made_++),
+                                                      amp_options(amp));
+    if (order_.size() >= kCapacity) {
+      regions_.erase(order_.front());
+      order_.erase(order_.begin());
+    }
+    order_.push_back(key);
+    return regions_.emplace(key, std::move(region)).first->second;
+  }
+
+ private:
+  static constexpr size_t kCapacity = 256;
+  std::mutex mutex_;
+  std::map<std::string, std::shared_ptr<af::mxnet::Region>> regions_;
+  std::vector<std::string> order_;
+  int made_ = 0;
+};
+
+RegionCache& region_cache() {
+  static auto* cache = new RegionCache;  // never destroyed: MXNet may free states at exit
+  return *cache;
+}
 
 MXReturnValue create_op_state(const std::unordered_map<std::string, std::string>& attrs, const MXContext& ctx,
                               const std::vector<std::vector<unsigned int>>& in_shapes, const std::vector<int> in_types,
@@ -234,9 +273,7 @@ MXReturnValue create_op_state(const std::unordered_map<std::string, std::string>
     if (json == attrs.end()) af::fail("ampfuse backend: the subgraph node has no {} attribute", MX_STR_SUBGRAPH_SYM_JSON);
     auto amp = attrs.find(kAmpAttr);
     const std::string choice = amp == attrs.end() ? std::string("off") : amp->second;
-    auto region = std::make_unique<af::mxnet::Region>(
-        json->second, "ampfuse region #" + std::to_string(region_count++), amp_options(choice));
-    *op = CustomStatefulOp::create<SubgraphOp>(region.release());
+    *op = CustomStatefulOp::create<SubgraphOp>(region_cache().get(json->second, choice));
     return MX_SUCCESS;
   } catch (const std::exception& e) {
     MX_ERROR_MSG << e.what();
