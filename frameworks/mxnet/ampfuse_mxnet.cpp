@@ -8,7 +8,7 @@
 //                   propagated shapes, infers its types); the AMP choice is written into
 //                   the subgraph node's attributes
 //   createOpState   the Region of the subgraph (one per JSON and AMP choice, kept across
-//                   the states MXNet makes); Forward wraps MXNet's memory
+//                   the states MXNet makes); Forward and Backward wrap MXNet's memory
 //
 // Options (optimize_for(..., backend='ampfuse', amp=...), hybridize(backend_opts=...)):
 //   amp = off | bf16 | fp16   AMP inside the regions. Unset: the environment decides, as for
@@ -207,11 +207,29 @@ class SubgraphOp : public CustomStatefulOp {
     }
   }
 
-  MXReturnValue Backward(std::vector<MXTensor>*, std::vector<MXTensor>*, const OpResource&) override {
-    MX_ERROR_MSG << "ampfuse: " << name()
-                 << ": backward through the ampfuse backend is not implemented yet; train with "
-                    "hybridize() without backend='ampfuse' (and MXNET_AMP_FUSE unset)";
-    return MX_FAIL;
+  // MXNet's stateful backward gets the head gradients, then the forward inputs, then the
+  // forward outputs, and writes one gradient per forward input.
+  MXReturnValue Backward(std::vector<MXTensor>* inputs, std::vector<MXTensor>* outputs,
+                         const OpResource& res) override {
+    try {
+      const size_t n_in = region_->input_names().size();
+      if (outputs->size() != n_in || inputs->size() < n_in || (inputs->size() - n_in) % 2 != 0)
+        af::fail("{}: backward got {} inputs and {} outputs, which is not (head gradients, {} inputs, outputs)",
+                 name(), inputs->size(), outputs->size(), n_in);
+      const size_t n_out = (inputs->size() - n_in) / 2;
+      std::vector<af::runtime::Tensor> heads;
+      for (size_t i = 0; i < n_out; ++i) heads.push_back(wrap((*inputs)[i], "head gradient", i));
+      std::vector<af::mxnet::RegionInput> in;
+      for (size_t i = 0; i < n_in; ++i)
+        in.push_back({wrap((*inputs)[n_out + i], "input", i), (*inputs)[n_out + i].verID});
+      std::vector<af::runtime::Tensor> grads;
+      for (size_t i = 0; i < n_in; ++i) grads.push_back(wrap((*outputs)[i], "gradient", i));
+      region_->backward(in, heads, grads);
+      return MX_SUCCESS;
+    } catch (const std::exception& e) {
+      MX_ERROR_MSG << "ampfuse: " << e.what();
+      return MX_FAIL;
+    }
   }
 
  private:

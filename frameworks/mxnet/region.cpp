@@ -1,10 +1,12 @@
 #include "region.h"
 
 #include "ir/error.h"
+#include "engine/passes/training_mode.h"
 #include "ir/mxnet_json.h"
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstring>
 
 namespace ampfuse::mxnet {
@@ -43,21 +45,30 @@ RegionStats Region::stats() const {
   return stats_;
 }
 
-Region::Compiled& Region::compiled_for(const std::vector<RegionInput>& inputs) {
-  std::vector<std::pair<int, std::vector<int64_t>>> key;
+Region::Signature Region::signature_of(const std::vector<RegionInput>& inputs) {
+  Signature key;
   key.reserve(inputs.size());
   for (const RegionInput& in : inputs)
     key.emplace_back(static_cast<int>(in.tensor.dtype()),
                      std::vector<int64_t>(in.tensor.shape().begin(), in.tensor.shape().end()));
-  auto it = compiled_.find(key);
-  if (it != compiled_.end()) return *it->second;
+  return key;
+}
 
+ir::Graph Region::import_for(const std::vector<RegionInput>& inputs) const {
   ir::MxnetImportOptions io;
   for (size_t i = 0; i < inputs.size(); ++i) {
     io.input_shapes[input_names_[i]] = inputs[i].tensor.shape();
     io.input_dtypes[input_names_[i]] = inputs[i].tensor.dtype();
   }
-  ir::Graph g = ir::import_mxnet_json(json_, name_, io);
+  return ir::import_mxnet_json(json_, name_, io);
+}
+
+Region::Compiled& Region::compiled_for(const std::vector<RegionInput>& inputs) {
+  Signature key = signature_of(inputs);
+  auto it = compiled_.find(key);
+  if (it != compiled_.end()) return *it->second;
+
+  ir::Graph g = import_for(inputs);
   engine::ExecutorOptions eo;
   eo.amp = amp_;
   eo.constant_params = true;  // weight casts once per (buffer, version): see region.h
@@ -106,6 +117,60 @@ void Region::run(const std::vector<RegionInput>& inputs, std::vector<runtime::Te
                               ir::type_str(result[i].type()), ir::type_str(outputs[i].type())));
     std::memcpy(outputs[i].raw(), result[i].raw(), result[i].bytes());
   }
+}
+
+const engine::Executable& Region::backward_for(const std::vector<RegionInput>& inputs) {
+  Signature key = signature_of(inputs);
+  auto it = backward_.find(key);
+  if (it != backward_.end()) return *it->second;
+  ir::Graph g = import_for(inputs);
+  ir::Graph training = g;
+  if (engine::to_training_mode(training) > 0)
+    throw Error(fmt::format(
+        "MXNet region '{}': backward through a region with BatchNorm or Dropout is not supported: MXNet's "
+        "extension API does not tell the operator whether it runs in training, so its forward computed the "
+        "inference form",
+        name_));
+  engine::ExecutorOptions eo;
+  eo.amp = amp_;
+  engine::BackwardOptions bo;
+  bo.with_inputs = true;  // MXNet asks for the data's gradient too (a region inside a network)
+  eo.backward = bo;
+  auto exe = std::make_unique<engine::Executable>(engine::Executable::compile(std::move(g), eo));
+  ++stats_.compilations;
+  return *backward_.emplace(std::move(key), std::move(exe)).first->second;
+}
+
+void Region::backward(const std::vector<RegionInput>& inputs, const std::vector<runtime::Tensor>& head_grads,
+                      std::vector<runtime::Tensor>& input_grads) {
+  if (inputs.size() != input_names_.size() || input_grads.size() != inputs.size())
+    throw Error(fmt::format("MXNet region '{}': backward got {} inputs and {} gradients for {} inputs", name_,
+                            inputs.size(), input_grads.size(), input_names_.size()));
+  std::lock_guard lock(mutex_);
+  const engine::Executable& exe = backward_for(inputs);
+  const engine::CompileStats& st = exe.compile_stats();
+  if (st.head_grads.size() != head_grads.size())
+    throw Error(fmt::format("MXNet region '{}': {} head gradients given, the region has {} outputs", name_,
+                            head_grads.size(), st.head_grads.size()));
+  runtime::Bindings b;
+  for (size_t i = 0; i < inputs.size(); ++i) b.emplace(input_names_[i], inputs[i].tensor);
+  for (size_t i = 0; i < head_grads.size(); ++i) b.emplace(st.head_grads[i], head_grads[i]);
+  std::vector<runtime::Tensor> result = exe.run(b);
+
+  std::vector<bool> written(inputs.size(), false);
+  for (size_t j = 0; j < st.gradient_of.size(); ++j) {
+    auto pos = std::find(input_names_.begin(), input_names_.end(), st.gradient_of[j]);
+    if (pos == input_names_.end()) continue;
+    const size_t i = static_cast<size_t>(pos - input_names_.begin());
+    const runtime::Tensor& grad = result.at(st.forward_outputs + j);
+    if (grad.type() != input_grads[i].type())
+      throw Error(fmt::format("MXNet region '{}': the gradient of '{}' is {}, MXNet expects {}", name_,
+                              st.gradient_of[j], ir::type_str(grad.type()), ir::type_str(input_grads[i].type())));
+    std::memcpy(input_grads[i].raw(), grad.raw(), grad.bytes());
+    written[i] = true;
+  }
+  for (size_t i = 0; i < inputs.size(); ++i)
+    if (!written[i] && input_grads[i].bytes()) std::memset(input_grads[i].raw(), 0, input_grads[i].bytes());
 }
 
 }  // namespace ampfuse::mxnet

@@ -56,6 +56,17 @@ class Region {
   // graph's). Thread-safe. Throws ampfuse::Error naming the region and the input.
   void run(const std::vector<RegionInput>& inputs, std::vector<runtime::Tensor>& outputs);
 
+  // Backward (autograd): writes into `input_grads` (one per input, in input_names() order)
+  // the gradients of the region's outputs, given their head gradients `head_grads`, taken
+  // at `inputs`. Inputs that get no gradient (aux states, integer inputs) get zeros. The
+  // backward executable computes the forward again (the forward call's values are not kept
+  // between MXNet's two calls). MXNet's extension API tells a subgraph operator nothing of
+  // is_train, so the forward ran in inference form: a region whose training form differs
+  // (BatchNorm with batch statistics, Dropout) throws here rather than give gradients of
+  // another function than MXNet's.
+  void backward(const std::vector<RegionInput>& inputs, const std::vector<runtime::Tensor>& head_grads,
+                std::vector<runtime::Tensor>& input_grads);
+
   RegionStats stats() const;
 
  private:
@@ -64,13 +75,18 @@ class Region {
     std::vector<size_t> weight_inputs;  // inputs in param/aux slots: constants to exe
     std::vector<std::pair<const void*, uint64_t>> weight_seen;  // (buffer, version) last run
   };
+  using Signature = std::vector<std::pair<int, std::vector<int64_t>>>;
+  static Signature signature_of(const std::vector<RegionInput>& inputs);
+  ir::Graph import_for(const std::vector<RegionInput>& inputs) const;
   Compiled& compiled_for(const std::vector<RegionInput>& inputs);
+  const engine::Executable& backward_for(const std::vector<RegionInput>& inputs);
 
   std::string json_, name_;
   std::optional<engine::AmpOptions> amp_;
   std::vector<std::string> input_names_;
   mutable std::mutex mutex_;
-  std::map<std::vector<std::pair<int, std::vector<int64_t>>>, std::unique_ptr<Compiled>> compiled_;
+  std::map<Signature, std::unique_ptr<Compiled>> compiled_;
+  std::map<Signature, std::unique_ptr<engine::Executable>> backward_;
   RegionStats stats_;
 };
 
