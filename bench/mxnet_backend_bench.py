@@ -4,7 +4,7 @@
 For each model and batch size, in one process: MXNet alone in f32, MXNet's own bf16 AMP
 (amp.convert_hybrid_block), and MXNet with the ampfuse backend in f32 and in bf16 AMP. Random
 weights; the median of --repeat timed forward passes after --warmup untimed ones, each pass
-ending in wait_to_read. MXNet runs with its default subgraph backend (its oneDNN fusion)
+ending in wait_to_read, the four configurations timed in turns (round robin). MXNet runs with its default subgraph backend (its oneDNN fusion)
 unless MXNET_SUBGRAPH_BACKEND says otherwise.
 
 Usage: PYTHONPATH=python AMPFUSE_MXNET_LIBRARY=build/python/ampfuse/libampfuse_mxnet.so \\
@@ -64,15 +64,19 @@ def wait(out):
         o.wait_to_read()
 
 
-def time_it(net, x, warmup, repeat):
-    for _ in range(warmup):  # the first call compiles
-        wait(net(*x))
-    times = []
+def time_round_robin(nets, x, warmup, repeat):
+    """Median seconds per call of each net, timed in rounds (one call of each net a round),
+    so that a change in the machine's load hits every column alike."""
+    for net in nets.values():
+        for _ in range(warmup):  # the first call compiles
+            wait(net(*x))
+    times = {mode: [] for mode in nets}
     for _ in range(repeat):
-        t = time.perf_counter()
-        wait(net(*x))
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
+        for mode, net in nets.items():
+            t = time.perf_counter()
+            wait(net(*x))
+            times[mode].append(time.perf_counter() - t)
+    return {mode: statistics.median(ts) for mode, ts in times.items()}
 
 
 MODES = ["mxnet f32", "mxnet bf16 amp", "ampfuse f32", "ampfuse bf16 amp"]
@@ -99,15 +103,15 @@ def main():
     for name in args.models.split(","):
         for batch in (int(b) for b in args.batches.split(",")):
             x = inputs(name, batch)
-            cells = []
+            nets, cells = {}, {}
             for mode in MODES:
                 try:
-                    net = build(name, mode, x)
-                    median = time_it(net, x, args.warmup, args.repeat)
-                    cells.append("%.1f ms" % (median * 1e3))
+                    nets[mode] = build(name, mode, x)
                 except Exception as e:  # a column that fails says so; the table goes on
-                    cells.append("error: %s" % str(e).split("\n")[0][:60])
-                sys.stdout.flush()
+                    cells[mode] = "error: %s" % str(e).split("\n")[0][:60]
+            for mode, median in time_round_robin(nets, x, args.warmup, args.repeat).items():
+                cells[mode] = "%.1f ms" % (median * 1e3)
+            cells = [cells[mode] for mode in MODES]
             print("| %s | %d | %s |" % (name, batch, " | ".join(cells)), flush=True)
 
 
