@@ -145,3 +145,15 @@ def test_mxnet_amp_fuse_unset_or_0_leaves_mxnet_alone(value):
     lines = run_script(value)
     assert lines[0] == "backend None None"
     assert lines[1] == "subgraphs 0"
+
+
+def test_example_runs_through_ampfuse():
+    # examples/gluon_amp_fuse.py, the README's example, so that it cannot rot.
+    example = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "examples", "gluon_amp_fuse.py")
+    env = dict(os.environ, MXNET_AMP_FUSE="1")
+    env.pop("AMPFUSE_AMP_DTYPE", None)
+    out = subprocess.run([sys.executable, example], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.split("\n")
+    assert lines[0] == "MXNET_AMP_FUSE=1: backend ampfuse, 1 ampfuse region(s)"
+    assert float(lines[1].rsplit(" ", 1)[1]) <= 5e-2
