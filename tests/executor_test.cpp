@@ -240,7 +240,7 @@ TEST(Executor, LargeTensorsSplitAcrossThreadsEqualTheInterpreter) {
 
 // constant_params: a step that reads params only (here the doubled weight, fed to an
 // external op so that it cannot fuse with x) runs on the first run and again only when a
-// param is bound to another buffer.
+// param is bound to another buffer, or after forget_constants().
 TEST(Executor, ConstantParamStepsRunOnceAndFollowRebinding) {
   ir::Graph g = ir::parse_graph(R"(graph {
     %x = var input : f32[3,8]
@@ -272,6 +272,19 @@ TEST(Executor, ConstantParamStepsRunOnceAndFollowRebinding) {
   expect_near(runtime::interpret(g, vars), again, 1e-6);
 
   vars["w"] = runtime::random_bindings(g, 3).at("w");  // a new weight buffer: recomputed
+  again = exe.run(vars, &rs);
+  EXPECT_FALSE(rs.reused_constants);
+  expect_near(runtime::interpret(g, vars), again, 1e-6);
+
+  // Written in place (same buffer, as a framework's optimizer does): the executable cannot
+  // see it, and keeps the doubled weight of before, until forget_constants().
+  const std::vector<Tensor> before = again;
+  float* w = vars["w"].data<float>();
+  for (int64_t i = 0; i < vars["w"].size(); ++i) w[i] = -3 * w[i] + 0.25f;
+  again = exe.run(vars, &rs);
+  EXPECT_TRUE(rs.reused_constants);
+  expect_same(before, again);
+  exe.forget_constants();
   again = exe.run(vars, &rs);
   EXPECT_FALSE(rs.reused_constants);
   expect_near(runtime::interpret(g, vars), again, 1e-6);

@@ -259,21 +259,22 @@ TEST(CliReadme, EveryJsonKeyIsDocumentedUnderItsCommand) {
   expect_keys_documented(train, "train");
 }
 
-// Environment variables the code reads: std::getenv of a literal name in C++, and the
-// variables shell scripts give defaults to.
+// Environment variables the code reads: std::getenv of a literal name in C++, the
+// variables shell scripts give defaults to, and os.environ reads in Python.
 std::set<std::string> environment_variables_in_sources() {
   static const std::regex getenv_call(R"re(getenv\("([A-Z_][A-Z0-9_]*)"\))re");
   static const std::regex shell_default(R"(\$\{([A-Z_][A-Z0-9_]*):-)");
+  static const std::regex python_environ(R"re(environ(?:\.get)?[\[(]"([A-Z_][A-Z0-9_]*)")re");
   std::set<std::string> names;
   for (const char* folder : {"ir", "codegen", "runtime", "engine", "tools", "fuzz", "models", "tests", "bench",
-                             "examples", "scripts"}) {
+                             "examples", "scripts", "frameworks", "python"}) {
     const std::filesystem::path root = kSourceDir / folder;
     if (!std::filesystem::is_directory(root)) continue;
     for (const auto& entry : std::filesystem::recursive_directory_iterator(root)) {
       const std::string ext = entry.path().extension().string();
-      if (!entry.is_regular_file() || (ext != ".h" && ext != ".cpp" && ext != ".sh")) continue;
+      if (!entry.is_regular_file() || (ext != ".h" && ext != ".cpp" && ext != ".sh" && ext != ".py")) continue;
       const std::string text = read_text(entry.path());
-      for (const std::regex* re : {&getenv_call, &shell_default})
+      for (const std::regex* re : {&getenv_call, &shell_default, &python_environ})
         for (auto it = std::sregex_iterator(text.begin(), text.end(), *re); it != std::sregex_iterator(); ++it)
           names.insert((*it)[1].str());
     }

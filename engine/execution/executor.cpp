@@ -189,6 +189,11 @@ const Plan& Executable::plan() const { return impl_->plan; }
 const MemoryPlan& Executable::memory_plan() const { return impl_->memory; }
 const CompileStats& Executable::compile_stats() const { return impl_->stats; }
 const std::vector<bool>& Executable::constant_steps() const { return impl_->constant_step; }
+
+void Executable::forget_constants() const {
+  std::lock_guard lock(impl_->constants_mutex);
+  impl_->constants.reset();  // runs holding the old set keep it alive until they finish
+}
 runtime::DeviceApi& Executable::device() const { return *impl_->device; }
 
 std::vector<const codegen::KernelSpec*> Executable::kernel_specs() const {

@@ -185,6 +185,12 @@ class Executable {
   // in RunStats::output_copies. Thread-safe as run().
   void run_into(const runtime::Bindings& vars, std::span<runtime::Tensor> outputs, RunStats* stats = nullptr) const;
 
+  // Drops what the first run computed from the constant params (ExecutorOptions::
+  // constant_params), so that the next run computes it again: for callers whose weights
+  // change in place, in the same buffers (a framework's parameters after an optimizer step,
+  // which a buffer comparison cannot see). Safe while other threads run.
+  void forget_constants() const;
+
   const ir::Graph& graph() const;  // after the passes: what the plan computes
   const Plan& plan() const;
   const MemoryPlan& memory_plan() const;

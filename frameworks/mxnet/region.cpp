@@ -1,0 +1,176 @@
+#include "region.h"
+
+#include "ir/error.h"
+#include "engine/passes/training_mode.h"
+#include "ir/mxnet_json.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cstring>
+
+namespace ampfuse::mxnet {
+namespace {
+
+// The names of the symbol's inputs in MXNet's order: "arg_nodes", the variable nodes in
+// the order of nnvm's indexed graph, which is the order list_inputs() gives and the order
+// the subgraph operator receives its inputs in.
+std::vector<std::string> input_names_of(const std::string& json, const std::string& region) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(json);
+  } catch (const std::exception& e) {
+    throw Error(fmt::format("MXNet region '{}': subgraph JSON does not parse: {}", region, e.what()));
+  }
+  std::vector<std::string> names;
+  const auto& nodes = j.at("nodes");
+  for (const auto& idx : j.at("arg_nodes")) names.push_back(nodes.at(idx.get<size_t>()).at("name").get<std::string>());
+  return names;
+}
+
+}  // namespace
+
+Region::Region(std::string json, std::string name, std::optional<engine::AmpOptions> amp)
+    : json_(std::move(json)), name_(std::move(name)), amp_(std::move(amp)) {
+  input_names_ = input_names_of(json_, name_);
+  // Import once now without shapes, so that a region ampfuse cannot read fails when MXNet
+  // creates the operator, not on its first batch.
+  ir::MxnetImportOptions io;
+  io.infer = false;
+  (void)ir::import_mxnet_json(json_, name_, io);
+}
+
+RegionStats Region::stats() const {
+  std::lock_guard lock(mutex_);
+  return stats_;
+}
+
+Region::Signature Region::signature_of(const std::vector<RegionInput>& inputs) {
+  Signature key;
+  key.reserve(inputs.size());
+  for (const RegionInput& in : inputs)
+    key.emplace_back(static_cast<int>(in.tensor.dtype()),
+                     std::vector<int64_t>(in.tensor.shape().begin(), in.tensor.shape().end()));
+  return key;
+}
+
+ir::Graph Region::import_for(const std::vector<RegionInput>& inputs) const {
+  ir::MxnetImportOptions io;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    io.input_shapes[input_names_[i]] = inputs[i].tensor.shape();
+    io.input_dtypes[input_names_[i]] = inputs[i].tensor.dtype();
+  }
+  return ir::import_mxnet_json(json_, name_, io);
+}
+
+Region::Compiled& Region::compiled_for(const std::vector<RegionInput>& inputs) {
+  Signature key = signature_of(inputs);
+  auto it = compiled_.find(key);
+  if (it != compiled_.end()) return *it->second;
+
+  ir::Graph g = import_for(inputs);
+  engine::ExecutorOptions eo;
+  eo.amp = amp_;
+  eo.constant_params = true;  // weight casts once per (buffer, version): see region.h
+  auto c = std::make_unique<Compiled>(Compiled{engine::Executable::compile(std::move(g), eo), {}, {}});
+  // Which inputs the executable treats as constants: variables in weight or aux slots.
+  std::map<std::string, ir::VarRole> roles;
+  for (const ir::Node& n : c->exe.graph().nodes)
+    if (n.is_var()) roles[n.name] = n.role;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    auto r = roles.find(input_names_[i]);
+    if (r != roles.end() && r->second != ir::VarRole::input) c->weight_inputs.push_back(i);
+  }
+  ++stats_.compilations;
+  return *compiled_.emplace(std::move(key), std::move(c)).first->second;
+}
+
+void Region::run(const std::vector<RegionInput>& inputs, std::vector<runtime::Tensor>& outputs) {
+  if (inputs.size() != input_names_.size())
+    throw Error(fmt::format("MXNet region '{}': {} inputs given, the subgraph has {}", name_, inputs.size(),
+                            input_names_.size()));
+  std::lock_guard lock(mutex_);
+  Compiled& c = compiled_for(inputs);
+
+  // A weight written in place since the last run (same buffer, new version) makes the
+  // kept casts stale; a new buffer the executable notices by itself.
+  std::vector<std::pair<const void*, uint64_t>> seen;
+  seen.reserve(c.weight_inputs.size());
+  for (size_t i : c.weight_inputs) seen.emplace_back(inputs[i].tensor.raw(), inputs[i].version);
+  if (!c.weight_seen.empty() && seen != c.weight_seen) {
+    c.exe.forget_constants();
+    ++stats_.constant_refreshes;
+  }
+  c.weight_seen = std::move(seen);
+
+  runtime::Bindings b;
+  for (size_t i = 0; i < inputs.size(); ++i) b.emplace(input_names_[i], inputs[i].tensor);
+  std::vector<runtime::Tensor> result = c.exe.run(b);
+  if (result.size() != outputs.size())
+    throw Error(fmt::format("MXNet region '{}': the graph has {} outputs, MXNet expects {}", name_, result.size(),
+                            outputs.size()));
+  // Into MXNet's output buffers. One copy per output: the executor hands out buffers of its
+  // own (reused between runs), not caller-provided ones.
+  for (size_t i = 0; i < result.size(); ++i) {
+    if (result[i].type() != outputs[i].type())
+      throw Error(fmt::format("MXNet region '{}': output {} is {}, MXNet expects {}", name_, i,
+                              ir::type_str(result[i].type()), ir::type_str(outputs[i].type())));
+    std::memcpy(outputs[i].raw(), result[i].raw(), result[i].bytes());
+  }
+}
+
+const engine::Executable& Region::backward_for(const std::vector<RegionInput>& inputs) {
+  Signature key = signature_of(inputs);
+  auto it = backward_.find(key);
+  if (it != backward_.end()) return *it->second;
+  ir::Graph g = import_for(inputs);
+  ir::Graph training = g;
+  if (engine::to_training_mode(training) > 0)
+    throw Error(fmt::format(
+        "MXNet region '{}': backward through a region with BatchNorm or Dropout is not supported: MXNet's "
+        "extension API does not tell the operator whether it runs in training, so its forward computed the "
+        "inference form",
+        name_));
+  engine::ExecutorOptions eo;
+  eo.amp = amp_;
+  engine::BackwardOptions bo;
+  bo.with_inputs = true;  // MXNet asks for the data's gradient too (a region inside a network)
+  eo.backward = bo;
+  auto exe = std::make_unique<engine::Executable>(engine::Executable::compile(std::move(g), eo));
+  ++stats_.compilations;
+  return *backward_.emplace(std::move(key), std::move(exe)).first->second;
+}
+
+void Region::backward(const std::vector<RegionInput>& inputs, const std::vector<runtime::Tensor>& head_grads,
+                      std::vector<runtime::Tensor>& input_grads) {
+  if (inputs.size() != input_names_.size() || input_grads.size() != inputs.size())
+    throw Error(fmt::format("MXNet region '{}': backward got {} inputs and {} gradients for {} inputs", name_,
+                            inputs.size(), input_grads.size(), input_names_.size()));
+  std::lock_guard lock(mutex_);
+  const engine::Executable& exe = backward_for(inputs);
+  const engine::CompileStats& st = exe.compile_stats();
+  if (st.head_grads.size() != head_grads.size())
+    throw Error(fmt::format("MXNet region '{}': {} head gradients given, the region has {} outputs", name_,
+                            head_grads.size(), st.head_grads.size()));
+  runtime::Bindings b;
+  for (size_t i = 0; i < inputs.size(); ++i) b.emplace(input_names_[i], inputs[i].tensor);
+  for (size_t i = 0; i < head_grads.size(); ++i) b.emplace(st.head_grads[i], head_grads[i]);
+  std::vector<runtime::Tensor> result = exe.run(b);
+
+  std::vector<bool> written(inputs.size(), false);
+  for (size_t j = 0; j < st.gradient_of.size(); ++j) {
+    auto pos = std::find(input_names_.begin(), input_names_.end(), st.gradient_of[j]);
+    if (pos == input_names_.end()) continue;
+    const size_t i = static_cast<size_t>(pos - input_names_.begin());
+    const runtime::Tensor& grad = result.at(st.forward_outputs + j);
+    if (grad.type() != input_grads[i].type())
+      throw Error(fmt::format("MXNet region '{}': the gradient of '{}' is {}, MXNet expects {}", name_,
+                              st.gradient_of[j], ir::type_str(grad.type()), ir::type_str(input_grads[i].type())));
+    std::memcpy(input_grads[i].raw(), grad.raw(), grad.bytes());
+    written[i] = true;
+  }
+  for (size_t i = 0; i < inputs.size(); ++i)
+    if (!written[i] && input_grads[i].bytes()) std::memset(input_grads[i].raw(), 0, input_grads[i].bytes());
+}
+
+}  // namespace ampfuse::mxnet
