@@ -105,18 +105,16 @@ void Region::run(const std::vector<RegionInput>& inputs, std::vector<runtime::Te
 
   runtime::Bindings b;
   for (size_t i = 0; i < inputs.size(); ++i) b.emplace(input_names_[i], inputs[i].tensor);
-  std::vector<runtime::Tensor> result = c.exe.run(b);
-  if (result.size() != outputs.size())
-    throw Error(fmt::format("MXNet region '{}': the graph has {} outputs, MXNet expects {}", name_, result.size(),
+  const ir::Graph& g = c.exe.graph();
+  if (g.outputs.size() != outputs.size())
+    throw Error(fmt::format("MXNet region '{}': the graph has {} outputs, MXNet expects {}", name_, g.outputs.size(),
                             outputs.size()));
-  // Into MXNet's output buffers. One copy per output: the executor hands out buffers of its
-  // own (reused between runs), not caller-provided ones.
-  for (size_t i = 0; i < result.size(); ++i) {
-    if (result[i].type() != outputs[i].type())
+  for (size_t i = 0; i < outputs.size(); ++i)
+    if (g.type(g.outputs[i]) != outputs[i].type())
       throw Error(fmt::format("MXNet region '{}': output {} is {}, MXNet expects {}", name_, i,
-                              ir::type_str(result[i].type()), ir::type_str(outputs[i].type())));
-    std::memcpy(outputs[i].raw(), result[i].raw(), result[i].bytes());
-  }
+                              ir::type_str(g.type(g.outputs[i])), ir::type_str(outputs[i].type())));
+  // Straight into MXNet's output buffers: the kernels that compute the outputs write them.
+  c.exe.run_into(b, outputs);
 }
 
 const engine::Executable& Region::backward_for(const std::vector<RegionInput>& inputs) {
