@@ -205,7 +205,7 @@ TEST(CliModelInput, NegativeBatchNormEpsIsRefused) {
   EXPECT_EQ(ok.status, 0) << ok.err;
   for (const char* command : {"info", "run"})
     expect_clean_error(run_cli(fmt::format("{} '{}' --shape x=2,3", command, model("-1"))),
-                       "node 1 'bn' (BatchNorm): eps=-1 must be 0 or more");
+                       "'bn' (BatchNorm): eps=-1 must be 0 or more");
 }
 
 }  // namespace

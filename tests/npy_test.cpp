@@ -157,7 +157,8 @@ TEST(NpyTest, AcceptsOtherSpellingsOfTheHeader) {
   };
   for (const auto& [dict, type] : cases) {
     SCOPED_TRACE(dict);
-    write_file(dir.file("h.npy"), npy_file(dict, std::string(16, '\1')));
+    const size_t bytes = static_cast<size_t>(ir::num_elements(type.shape)) * ir::dtype_size(type.dtype);
+    write_file(dir.file("h.npy"), npy_file(dict, std::string(bytes, '\1')));
     EXPECT_EQ(read_npy(dir.file("h.npy")).type(), type);
   }
 }
