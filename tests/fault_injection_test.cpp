@@ -5,6 +5,7 @@
 #include "engine/execution/executor.h"
 #include "ir/text_format.h"
 #include "ir/type_inference.h"
+#include "runtime/device_api.h"
 #include "runtime/fault_injection.h"
 #include "runtime/interpreter.h"
 #include "runtime/kernel_cache.h"
@@ -173,19 +174,23 @@ TEST(FaultInjection, PrimitiveFaultIsAnErrorWhenStrictElseAReferenceFallback) {
   EXPECT_TRUE(same_outputs(want, exe.run(vars), kNear));
 }
 
-// Every allocation of a run in turn (the arena, constants, output buffers, scratch...): the
-// run fails with "out of memory" naming the bytes, or, once N passes the run's allocations,
-// succeeds; the same executable then runs correctly. No partial result is ever returned.
+// Every allocation of a run in turn (the arena, constants, output buffers, scratch; on the
+// emulated GPU also device buffers and host copies): the run fails with "out of memory"
+// naming the bytes, or, once N passes the run's allocations, succeeds; the same executable
+// then runs correctly. No partial result is ever returned.
 TEST(FaultInjection, AllocationFaultIsOutOfMemoryAndTheExecutableRunsAgain) {
   const ir::Graph g = small_model();
   const Bindings vars = random_bindings(g, 4);
   const std::vector<Tensor> want = interpret(g, vars);
-  for (bool constant_params : {false, true}) {
+  EmulatedDevice gpu;
+  for (auto [constant_params, device] : {std::pair<bool, DeviceApi*>{false, nullptr}, {true, nullptr}, {false, &gpu},
+                                         {true, &gpu}}) {
     ExecutorOptions opts;
     opts.constant_params = constant_params;
+    opts.device = device;
     int failures = 0, successes = 0;
-    for (int n = 1; n <= 12; ++n) {
-      SCOPED_TRACE(fmt::format("alloc:{}, constant_params {}", n, constant_params));
+    for (int n = 1; n <= 16; ++n) {
+      SCOPED_TRACE(fmt::format("alloc:{}, constant_params {}, {}", n, constant_params, device ? "emulated GPU" : "CPU"));
       const Executable exe = Executable::compile(g, opts);
       {
         ScopedFault f(fmt::format("alloc:{}", n));
