@@ -164,12 +164,17 @@ ir::Graph default_model(const std::map<std::string, ir::Shape>& shapes, const ru
   return g;
 }
 
-// The dtype the model itself gives variable `name`: its __dtype__ hint, else f32.
-ir::DType declared_dtype(const ir::Graph& g, const std::string& name) {
+// The dtype the model itself gives variable `name`: its __dtype__ hint, else f32; nullopt
+// for a name the graph lacks or a hint naming a type ampfuse lacks (a file's type replaces
+// it, and other checks name the variable).
+std::optional<ir::DType> declared_dtype(const ir::Graph& g, const std::string& name) {
   const std::optional<int32_t> i = g.find_var(name);
-  if (!i) return ir::DType::f32;
-  return with_context(fmt::format("variable '{}'", name),
-                      [&] { return ir::variable_dtype_hint(g.nodes[*i]).value_or(ir::DType::f32); });
+  if (!i) return std::nullopt;
+  try {
+    return ir::variable_dtype_hint(g.nodes[*i]).value_or(ir::DType::f32);
+  } catch (const Error&) {
+    return std::nullopt;
+  }
 }
 
 ir::Graph model_from_file(const std::string& path, const std::map<std::string, ir::Shape>& shapes,
@@ -186,7 +191,7 @@ ir::Graph model_from_file(const std::string& path, const std::map<std::string, i
   // f32 weight meets f64 data), the error is the file's, not the weight's.
   std::map<std::string, ir::TensorType> as_declared;
   for (const auto& [name, t] : from_files)
-    if (const ir::DType d = declared_dtype(g, name); d != t.dtype) as_declared[name] = {d, t.shape};
+    if (const std::optional<ir::DType> d = declared_dtype(g, name); d && *d != t.dtype) as_declared[name] = {*d, t.shape};
   with_context("--inputs", [&] { set_variable_types(g, from_files); });
   with_context("--shape", [&] { set_variable_shapes(g, shapes, unreached); });
   std::optional<ir::Graph> before;
