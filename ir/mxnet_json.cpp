@@ -10,6 +10,7 @@
 #include "ir/mxnet_json.h"
 
 #include "ir/error.h"
+#include "ir/input_file.h"
 #include "ir/mxnet_hidden_keys.h"
 #include "ir/mxnet_type_flags.h"
 #include "ir/op_registry.h"
@@ -261,29 +262,17 @@ class Importer {
 
   void read_heads(const json& root) {
     auto heads = root.find("heads");
-    if (heads == root.end()) {
-      g_.outputs = unread_op_outputs();
-      if (g_.outputs.empty()) fail("{}: no \"heads\", and no op output that could stand for them", source_);
-      return;
-    }
+    // MXNet's loader requires the field too. Guessing the outputs (the ops nobody reads)
+    // would run a damaged file, or a fragment of one, as if it were a model.
+    if (heads == root.end())
+      fail("{}: no \"heads\": a symbol file lists the graph outputs there, as [node, output, version] entries",
+           source_);
     if (!heads->is_array() || heads->empty())
       fail("{}: \"heads\" is {}: it must list the graph outputs as [node, output] entries", source_, brief(*heads));
     with_context(source_, [&] {
       for (size_t k = 0; k < heads->size(); ++k)
         g_.outputs.push_back(read_entry((*heads)[k], fmt::format("heads entry {}", k), total_nodes_));
     });
-  }
-
-  // Without "heads", the graph's outputs are those of the ops nobody reads, in node order.
-  std::vector<ValueRef> unread_op_outputs() const {
-    std::vector<bool> read(g_.nodes.size());
-    for (const Node& n : g_.nodes)
-      for (ValueRef in : n.inputs) read[in.node] = true;
-    std::vector<ValueRef> outs;
-    for (size_t i = 0; i < g_.nodes.size(); ++i)
-      if (!g_.nodes[i].is_var() && !read[i])
-        for (int k = 0; k < output_counts_[i]; ++k) outs.push_back({static_cast<int32_t>(i), k});
-    return outs;
   }
 
   // MXNet rebuilds arg_nodes on load; a wrong list means a damaged or hand-edited file.
@@ -526,17 +515,15 @@ std::optional<DType> variable_dtype_hint(const Node& v) {
 }
 
 Graph import_mxnet_json(std::string_view json_text, std::string_view source_name, const MxnetImportOptions& opts) {
+  // The JSON parser stops at a NUL as at the end of the input ("unexpected end of input"),
+  // which sends the user looking for a truncated file instead of a binary one.
+  if (const size_t nul = json_text.find('\0'); nul != std::string_view::npos)
+    fail("{}: a NUL byte at offset {}: a symbol file is JSON text", source_name, nul);
   return Importer(source_name, opts).run(json_text);
 }
 
 Graph load_mxnet_json_file(const std::string& path, const MxnetImportOptions& opts) {
-  if (std::filesystem::is_directory(path)) fail("{}: is a directory, not a symbol file", path);
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail("{}: cannot open the file", path);
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) fail("{}: cannot read the file", path);
-  return import_mxnet_json(text.str(), path, opts);
+  return import_mxnet_json(read_regular_file(path), path, opts);
 }
 
 }  // namespace ampfuse::ir

@@ -73,10 +73,13 @@ void infer_types(Graph& g) {
         node.outputs = std::move(outs);
       }
     }
-    if (!missing) return;
+    if (!missing) break;
   }
   for (int32_t i = 0; i < static_cast<int32_t>(g.nodes.size()); ++i) {
     const Node& n = g.nodes[i];
+    // A tensor holds at most 2^63 - 1 elements (sizes are int64 everywhere): a graph with a
+    // larger value is refused here, by info as by run, not later by whatever allocates it.
+    for (const TensorType& t : n.outputs) with_context(node_label(g, i), [&] { num_elements(t.shape); });
     if (n.outputs.empty()) {
       if (n.is_var())
         fail("{}: the shape of variable '{}' is unknown: give it (--shape {}=...) or use it where it can be inferred",

@@ -46,7 +46,8 @@ ir::ValueRef mlp_block(ir::GraphBuilder& b, ir::ValueRef x) {
 }  // namespace
 
 ir::Graph build_default_model(int64_t batch) {
-  if (batch < 1) fail("the default model needs a batch of at least 1, not {}", batch);
+  // A batch of 0 is an empty input, as anywhere else (the outputs are empty too).
+  if (batch < 0) fail("the default model needs a batch of 0 or more, not {}", batch);
   ir::GraphBuilder b;
   ir::ValueRef x = b.input("data", {ir::DType::f32, {batch, kChannels, kImageSize, kImageSize}});
   x = conv_block(b, x);

@@ -3,6 +3,7 @@
 
 #include "ir/error.h"
 #include "runtime/cuda/cuda_driver.h"
+#include "runtime/fault_injection.h"
 #include "runtime/kernel_cache.h"
 #include "runtime/thread_pool.h"
 
@@ -208,6 +209,7 @@ CpuDevice& cpu_device() {
 
 DevicePtr CpuDevice::alloc(size_t bytes) {
   if (bytes == 0) fail("cpu: allocation of 0 bytes");
+  if (fault_strikes(Fault::alloc)) fail("cpu: out of memory allocating {} bytes {}", bytes, injected_fault_note());
   const size_t mapped = (bytes + kPageBytes - 1) / kPageBytes * kPageBytes;
   void* p = mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED) fail("cpu: out of memory allocating {} bytes", bytes);
@@ -288,6 +290,8 @@ EmulatedDeviceCounters EmulatedDevice::counters() const {
 
 DevicePtr EmulatedDevice::alloc(size_t bytes) {
   if (bytes == 0) fail("cuda-emulated: allocation of 0 bytes");
+  if (fault_strikes(Fault::alloc))
+    fail("cuda-emulated: out of memory allocating {} bytes {}", bytes, injected_fault_note());
   // 64-byte aligned like host tensors and cuMemAlloc's (256-byte) buffers, so that kernels
   // take the same aligned paths.
   void* p = std::aligned_alloc(64, (bytes + 63) / 64 * 64);

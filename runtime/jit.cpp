@@ -3,6 +3,7 @@
 #include "codegen/llvm_target.h"
 #include "ir/error.h"
 #include "ir/special_functions.h"
+#include "runtime/fault_injection.h"
 
 #include <llvm/ExecutionEngine/Orc/ExecutionUtils.h>
 #include <llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h>
@@ -69,6 +70,8 @@ Jit& Jit::global() {
 void* Jit::compile(codegen::LlvmModule module) {
   std::lock_guard lock(impl_->mutex);
   const std::string symbol = module.symbol;
+  if (fault_strikes(Fault::compile))
+    fail("LLVM JIT: adding module '{}': compilation failed {}", symbol, injected_fault_note());
   llvm::orc::ThreadSafeModule tsm(std::move(module.module), std::move(module.context));
   if (llvm::Error e = impl_->jit->addIRModule(std::move(tsm)))
     fail("LLVM JIT: adding module '{}': {}", symbol, message(std::move(e)));

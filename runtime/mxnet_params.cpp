@@ -1,6 +1,7 @@
 #include "runtime/mxnet_params.h"
 
 #include "ir/error.h"
+#include "ir/input_file.h"
 #include "ir/mxnet_type_flags.h"
 
 #include <bit>
@@ -187,14 +188,9 @@ NDArrayList read_mxnet_params(std::istream& in, uint64_t size, const std::string
 }
 
 NDArrayList read_mxnet_params(const std::string& path) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) fail("{}: is a directory, not a .params file", path);
-  std::ifstream in(path, std::ios::binary | std::ios::ate);
-  if (!in) fail("{}: cannot open for reading", path);
-  const std::streamoff size = in.tellg();  // -1 for what is not a regular file
-  in.seekg(0);
-  if (size < 0 || !in) fail("{}: cannot read (not a regular file?)", path);
-  return read_mxnet_params(in, static_cast<uint64_t>(size), path);
+  uint64_t size = 0;
+  std::ifstream in = ir::open_regular_file(path, &size);
+  return read_mxnet_params(in, size, path);
 }
 
 void write_mxnet_params(std::ostream& out, const NDArrayList& list) {

@@ -1,6 +1,7 @@
 #include "runtime/npy.h"
 
 #include "ir/error.h"
+#include "ir/input_file.h"
 
 #include <bit>
 #include <charconv>
@@ -268,6 +269,12 @@ Tensor read_npy_stream(std::istream& in, uint64_t file_size) {
   const size_t item = ir::dtype_size(h.dtype);
   if (static_cast<uint64_t>(count) > available / item)
     fail("truncated data: {} elements of {} bytes announced, {} bytes present", count, item, available);
+  // numpy's own np.load ignores bytes after the array; a file with more data than its header
+  // declares is more likely a header that went wrong (a shape edited or written short), so
+  // it is refused rather than read in part.
+  if (available != static_cast<uint64_t>(count) * item)
+    fail("{} bytes after the data: the header declares {} elements of {} bytes ({} bytes), the file holds {}",
+         available - static_cast<uint64_t>(count) * item, count, item, static_cast<uint64_t>(count) * item, available);
   Tensor t(TensorType{h.dtype, h.shape});
   in.read(static_cast<char*>(t.raw()), static_cast<std::streamsize>(t.bytes()));
   if (static_cast<size_t>(in.gcount()) != t.bytes()) fail("read error after {} bytes of data", in.gcount());
@@ -293,14 +300,9 @@ std::string header_dict(const TensorType& t) {
 }  // namespace
 
 Tensor read_npy(const std::string& path) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) fail("{}: is a directory, not a .npy file", path);
-  std::ifstream in(path, std::ios::binary | std::ios::ate);
-  if (!in) fail("{}: cannot open for reading", path);
-  const std::streamoff size = in.tellg();  // -1 for what is not a regular file
-  in.seekg(0);
-  if (size < 0 || !in) fail("{}: cannot read (not a regular file?)", path);
-  return with_context(path, [&] { return read_npy_stream(in, static_cast<uint64_t>(size)); });
+  uint64_t size = 0;
+  std::ifstream in = ir::open_regular_file(path, &size);
+  return with_context(path, [&] { return read_npy_stream(in, size); });
 }
 
 void write_npy(const std::string& path, const Tensor& t) {

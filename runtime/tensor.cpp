@@ -1,6 +1,7 @@
 #include "runtime/tensor.h"
 
 #include "ir/error.h"
+#include "runtime/fault_injection.h"
 #include "ir/int_conversion.h"
 #include "ir/lowp.h"
 
@@ -18,6 +19,7 @@ std::atomic<int64_t> g_allocations{0};
 
 std::shared_ptr<std::byte[]> allocate(size_t bytes) {
   g_allocations.fetch_add(1, std::memory_order_relaxed);
+  if (fault_strikes(Fault::alloc)) fail("out of memory allocating {} bytes {}", bytes, injected_fault_note());
   // 64-byte aligned so vector kernels can use aligned loads; at least one byte so that an
   // empty tensor still has storage.
   const size_t rounded = ((bytes + 63) / 64) * 64 + 64;

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <sys/stat.h>
 
 namespace ampfuse {
 namespace {
@@ -93,6 +94,118 @@ TEST(CliModelInput, ConvertedModelGetsTheSameRandomWeights) {
   for (int64_t i = 0; i < want.size(); ++i) diff = std::max(diff, std::abs(got.get_f64(i) - want.get_f64(i)));
   EXPECT_LT(max_abs(got), 100.0);
   EXPECT_LT(diff, 0.05 * max_abs(want)) << "max |bf16 - f32| " << diff << ", max |f32| " << max_abs(want);
+}
+
+// A path that is not a regular file is named as such by every command, and a FIFO is
+// refused without being opened (which would block).
+TEST(CliModelInput, NotARegularFileIsNamedAsSuch) {
+  testing::ScopedTempDir dir;
+  const std::string fifo = dir.file("fifo");
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  for (const char* command : {"info", "run", "dot -o x.dot", "convert --amp bf16 -o x.json"}) {
+    SCOPED_TRACE(command);
+    expect_clean_error(run_cli(fmt::format("{} '{}'", command, dir.path().string())),
+                       dir.path().string() + ": not a regular file (a directory)");
+    expect_clean_error(run_cli(fmt::format("{} /dev/null", command)), "/dev/null: not a regular file (a device)");
+    expect_clean_error(run_cli(fmt::format("{} '{}'", command, fifo)), fifo + ": not a regular file (a FIFO)");
+    expect_clean_error(run_cli(fmt::format("{} '{}'", command, dir.file("none.json"))),
+                       dir.file("none.json") + ": no such file");
+  }
+  expect_clean_error(run_cli(fmt::format("run --inputs data='{}'", fifo)), fifo + ": not a regular file (a FIFO)");
+  // A NUL byte is named by its offset, not taken for the end of the file.
+  const std::string nul = write_file(dir, "nul.json", std::string(R"({"nodes": [)") + '\0' + "]}");
+  expect_clean_error(run_cli(fmt::format("info '{}'", nul)), nul + ": a NUL byte at offset 11: a symbol file is JSON text");
+}
+
+// An empty path (an unset shell variable) is refused, not taken as "not given".
+TEST(CliModelInput, EmptyPathIsRefused) {
+  const std::string mlp = model_path("mlp_legacy_000800-test-symbol.json");
+  for (const std::string& args :
+       {std::string("run --save-outputs ''"), std::string("run --params ''"), std::string("run ''"), std::string("info ''"),
+        std::string("run --backward --save-gradients ''"), fmt::format("convert '{}' --amp bf16 -o ''", mlp)}) {
+    SCOPED_TRACE(args);
+    expect_clean_error(run_cli(args), "an empty path");
+  }
+}
+
+// Zero is an extent like any other, from --shape as from an .npy file: the outputs are
+// empty. A negative one is refused.
+TEST(CliModelInput, ZeroBatchIsEmptyFromShapeAndFilesAlike) {
+  testing::ScopedTempDir dir;
+  const std::string empty = dir.file("empty.npy");
+  runtime::write_npy(empty, runtime::Tensor(ir::TensorType{ir::DType::f32, {0, 3, 32, 32}}));
+  for (const std::string& args : {std::string("run --shape data=0,3,32,32"), "run --inputs data=" + empty}) {
+    SCOPED_TRACE(args);
+    const CliResult r = run_cli(args + " --repeat 1 --no-baseline");
+    EXPECT_EQ(r.status, 0) << r.err;
+    EXPECT_NE(r.out.find("f32[0,10]"), std::string::npos) << r.out;
+  }
+  const std::string mlp = model_path("mlp_legacy_000800-test-symbol.json");
+  const CliResult info = run_cli(fmt::format("info '{}' --shape data=0,5 --json", mlp));
+  ASSERT_EQ(info.status, 0) << info.err;
+  EXPECT_EQ(parse_json(info)["outputs"][0]["shape"], nlohmann::json::array({0, 10}));
+  expect_clean_error(run_cli(fmt::format("info '{}' --shape data=-1,5", mlp)), "'-1' is not an integer extent of 0 or more");
+}
+
+// More than 2^63 - 1 elements, given or inferred, is refused by info as by run.
+TEST(CliModelInput, TooManyElementsAreRefusedByInfoAsByRun) {
+  const std::string mlp = model_path("mlp_legacy_000800-test-symbol.json");
+  for (const char* command : {"info", "run"}) {
+    SCOPED_TRACE(command);
+    expect_clean_error(run_cli(fmt::format("{} '{}' --shape data=4294967296,4294967296", command, mlp)),
+                       "--shape 'data=4294967296,4294967296': shape [4294967296,4294967296] has more than 2^63 elements");
+    // The input fits (2^56 elements); fc1's output, 128 times as many, does not.
+    expect_clean_error(run_cli(fmt::format("{} '{}' --shape data=72057594037927936,1", command, mlp)),
+                       "'fc1' (FullyConnected): shape [72057594037927936,128] has more than 2^63 elements");
+  }
+}
+
+// An input file of another dtype than the model computes in: the file is named, not the
+// weight it meets. Where the whole model can run in the file's type, it does.
+TEST(CliModelInput, InputFileOfAnotherDtypeIsBlamedOnTheFile) {
+  const std::string resnet = model_path("cifar_resnet20_v2-gluoncv-symbol.json");
+  SKIP_WITHOUT_MODEL(resnet);
+  testing::ScopedTempDir dir;
+  const std::string f64 = dir.file("f64.npy");
+  runtime::write_npy(f64, runtime::Tensor::zeros(ir::TensorType{ir::DType::f64, {1, 3, 32, 32}}));
+  expect_clean_error(run_cli(fmt::format("run '{}' --inputs data='{}' --repeat 1", resnet, f64)),
+                     "--inputs data: the file holds f64, but the model computes in f32 (node ");
+  const std::string mlp = model_path("mlp_legacy_000800-test-symbol.json");
+  const std::string small = dir.file("small.npy");
+  runtime::write_npy(small, runtime::Tensor::zeros(ir::TensorType{ir::DType::f64, {2, 5}}));
+  const CliResult mlp_f64 = run_cli(fmt::format("run '{}' --inputs data='{}' --repeat 1 --no-baseline", mlp, small));
+  EXPECT_EQ(mlp_f64.status, 0) << mlp_f64.err;
+  EXPECT_NE(mlp_f64.out.find("f64[2,10]"), std::string::npos) << mlp_f64.out;
+}
+
+// --exclude names op nodes of the model; a misspelt one is an error, not silently ignored.
+TEST(CliModelInput, ExcludeNamesMustBeNodesOfTheModel) {
+  testing::ScopedTempDir dir;
+  const CliResult ok = run_cli("run --amp bf16 --exclude softmax --repeat 1 --no-baseline");
+  EXPECT_EQ(ok.status, 0) << ok.err;
+  for (const std::string& command :
+       {std::string("run --repeat 1"), std::string("dot -o ") + dir.file("x.dot"),
+        fmt::format("convert '{}' --shape data=2,5 -o '{}'", model_path("mlp_legacy_000800-test-symbol.json"), dir.file("x.json"))}) {
+    SCOPED_TRACE(command);
+    expect_clean_error(run_cli(command + " --amp bf16 --exclude softmax,no_such_node"),
+                       "--exclude no_such_node: the model has no op node of that name");
+  }
+}
+
+// A normalization's eps is 0 or more, refused by info as by run.
+TEST(CliModelInput, NegativeBatchNormEpsIsRefused) {
+  testing::ScopedTempDir dir;
+  const auto model = [&](const char* eps) {
+    return write_file(dir, fmt::format("bn{}.json", eps), fmt::format(R"js({{"nodes": [
+      {{"op": "null", "name": "x", "inputs": []}},
+      {{"op": "BatchNorm", "name": "bn", "attrs": {{"eps": "{}"}}, "inputs": [[0, 0, 0]]}}],
+      "heads": [[1, 0, 0]]}})js", eps));
+  };
+  const CliResult ok = run_cli(fmt::format("run '{}' --shape x=2,3 --repeat 1", model("0.001")));
+  EXPECT_EQ(ok.status, 0) << ok.err;
+  for (const char* command : {"info", "run"})
+    expect_clean_error(run_cli(fmt::format("{} '{}' --shape x=2,3", command, model("-1"))),
+                       "'bn' (BatchNorm): eps=-1 must be 0 or more");
 }
 
 }  // namespace

@@ -107,7 +107,9 @@ TEST(CliParams, BrokenFilesAreOneCleanError) {
     expect_clean_error(run_cli(fmt::format("{} '{}' --shape data=3,5 --params '{}'", command, kModel, kModel)),
                        kModel + ": not an MXNet .params file");
     expect_clean_error(run_cli(fmt::format("{} '{}' --shape data=3,5 --params '{}'", command, kModel, dir.file("none"))),
-                       dir.file("none") + ": cannot open for reading");
+                       dir.file("none") + ": no such file");
+    expect_clean_error(run_cli(fmt::format("{} '{}' --shape data=3,5 --params /dev/null", command, kModel)),
+                       "/dev/null: not a regular file (a device)");
   }
 }
 

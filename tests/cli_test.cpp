@@ -122,9 +122,9 @@ TEST(CliRun, HumanReportShowsOutputsAndSavedFiles) {
 TEST(CliErrors, EachFailureIsOneLineAndExitOne) {
   expect_clean_error(run_cli("info /nonexistent/model.json"), "/nonexistent/model.json: no such file");
   expect_clean_error(run_cli("run /nonexistent/model.json"), "/nonexistent/model.json");
-  expect_clean_error(run_cli("run --shape data=1,x,32,32"), "'x' is not a positive integer extent");
+  expect_clean_error(run_cli("run --shape data=1,x,32,32"), "'x' is not an integer extent of 0 or more");
   expect_clean_error(run_cli("run --shape data"), "expected NAME=D0,D1,...");
-  expect_clean_error(run_cli("run --shape data=0,3,32,32"), "'0' is not a positive integer extent");
+  expect_clean_error(run_cli("run --shape data=-1,3,32,32"), "'-1' is not an integer extent of 0 or more");
   expect_clean_error(run_cli("run --shape label=1"), "no input 'label'");
   expect_clean_error(run_cli("run --inputs data=/nonexistent/x.npy"), "/nonexistent/x.npy");
   expect_clean_error(run_cli("run --seed -3x"), "seed");
@@ -157,6 +157,17 @@ TEST(CliHelp, DocumentsEveryOption) {
   for (const char* opt : {"--shape", "--inputs", "--save-outputs", "--seed", "--json"}) {
     EXPECT_NE(run.out.find(opt), std::string::npos) << opt << " not in:\n" << run.out;
   }
+}
+
+// --count and --seed are read as signed numbers: "-1" is refused, not wrapped to 2^64 - 1.
+TEST(CliFuzz, CountAndSeedMustBeInRange) {
+  const CliResult ok = run_cli("fuzz --seed 3 --count 1");
+  EXPECT_EQ(ok.status, 0) << ok.err;
+  EXPECT_NE(ok.out.find("1 graphs (seeds 3-3)"), std::string::npos) << ok.out;
+  expect_clean_error(run_cli("fuzz --count -1"), "--count -1: must be at least 1");
+  expect_clean_error(run_cli("fuzz --count 0"), "--count 0: must be at least 1");
+  expect_clean_error(run_cli("fuzz --seed -1 --count 1"), "--seed -1: must be 0 or more");
+  expect_clean_error(run_cli("fuzz --seed 9223372036854775807 --count 2"), "the last seed would pass 2^63 - 1");
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 // The embedded default model: its structure, and that it runs to a probability per class.
 #include "models/default_model.h"
+#include "engine/execution/executor.h"
 #include "runtime/interpreter.h"
 #include "tests/test_util.h"
 
@@ -58,8 +59,13 @@ TEST(DefaultModel, RunsToFiniteProbabilities) {
   EXPECT_NE(out[0].get_f64(0), out[0].get_f64(10));
 }
 
-TEST(DefaultModel, RejectsABatchBelowOne) {
-  EXPECT_ERROR(build_default_model(0), "batch of at least 1");
+TEST(DefaultModel, BatchZeroIsEmptyAndANegativeOneIsRefused) {
+  EXPECT_ERROR(build_default_model(-1), "batch of 0 or more, not -1");
+  const ir::Graph g = build_default_model(0);
+  const runtime::Bindings vars = runtime::random_bindings(g, 1);
+  const std::vector<runtime::Tensor> out = Executable::compile(g).run(vars);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].shape(), (ir::Shape{0, 10}));
 }
 
 }  // namespace

@@ -407,7 +407,7 @@ TEST(LossScaler, SaveAndLoadContinueIdentically) {
 
 TEST(LossScaler, LoadErrorsNameTheField) {
   ScopedTempDir dir;
-  EXPECT_ERROR(LossScaler::load(dir.file("missing.json")), "missing.json: cannot open");
+  EXPECT_ERROR(LossScaler::load(dir.file("missing.json")), "missing.json: no such file");
   const std::string good = LossScaler().to_json();
   EXPECT_ERROR(LossScaler::from_json("{"), "not valid JSON");
   std::string no_clean = good;

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include <filesystem>
+#include <sys/stat.h>
 
 namespace ampfuse::ir {
 namespace {
@@ -169,8 +170,13 @@ TEST(MxnetImport, InferOffKeepsOnlyGivenTypes) {
   EXPECT_TRUE(g.nodes[3].outputs.empty());
 }
 
-TEST(MxnetImport, HeadsDefaultToOpsNobodyReads) {
-  const Graph g = load("no_heads.json");
+// As MXNet's loader, "heads" is required: the outputs are not guessed from the ops nobody
+// reads (which would run a fragment of a damaged file as a model).
+TEST(MxnetImport, HeadsAreRequired) {
+  EXPECT_EQ(error_message([] { load("no_heads.json"); }),
+            testdata("no_heads.json") +
+                ": no \"heads\": a symbol file lists the graph outputs there, as [node, output, version] entries");
+  const Graph g = load("three_activations.json");  // the same nodes with heads
   EXPECT_EQ(g.outputs, (std::vector<ValueRef>{{2, 0}, {3, 0}}));
 }
 
@@ -234,12 +240,28 @@ TEST(MxnetImport, InferenceFailureNamesInputsWithoutShape) {
 }
 
 TEST(MxnetImport, FileThatCannotBeOpened) {
-  EXPECT_EQ(error_message([] { load("no_such_file.json"); }), testdata("no_such_file.json") + ": cannot open the file");
+  EXPECT_EQ(error_message([] { load("no_such_file.json"); }), testdata("no_such_file.json") + ": no such file");
 }
 
-TEST(MxnetImport, DirectoryIsNotASymbolFile) {
+// What is not a regular file is named as such (and a FIFO is not opened: that would block).
+TEST(MxnetImport, DirectoryDeviceOrFifoIsNotASymbolFile) {
   EXPECT_EQ(error_message([] { load_mxnet_json_file(AMPFUSE_TESTDATA_DIR); }),
-            std::string(AMPFUSE_TESTDATA_DIR) + ": is a directory, not a symbol file");
+            std::string(AMPFUSE_TESTDATA_DIR) + ": not a regular file (a directory)");
+  EXPECT_EQ(error_message([] { load_mxnet_json_file("/dev/null"); }), "/dev/null: not a regular file (a device)");
+  testing::ScopedTempDir dir;
+  const std::string fifo = dir.file("fifo");
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  EXPECT_EQ(error_message([&] { load_mxnet_json_file(fifo); }), fifo + ": not a regular file (a FIFO)");
+}
+
+// JSON text has no NUL byte; one (a truncated download, a binary file) is named by offset
+// rather than reported as the end of the input.
+TEST(MxnetImport, NulByteIsNamedByItsOffset) {
+  const std::string text = std::string(R"({"nodes": [)") + '\0' + "]}";
+  EXPECT_EQ(error_message([&] { import_mxnet_json(text, "nul.json"); }),
+            "nul.json: a NUL byte at offset 11: a symbol file is JSON text");
+  EXPECT_EQ(error_message([&] { import_mxnet_json(std::string(1, '\0'), "nul.json"); }),
+            "nul.json: a NUL byte at offset 0: a symbol file is JSON text");
 }
 
 TEST(MxnetImport, EmptyTextIsInvalidJson) {
@@ -399,7 +421,7 @@ TEST(MxnetExport, ReimportGivesAnEqualGraph) {
       {"legacy_000800.json", shapes({{"data", {2, 3}}})},
       {"attr_001100.json", shapes({{"data", {3, 5}}})},
       {"gluon_hints.json", {}},
-      {"no_heads.json", shapes({{"x", {4}}})},
+      {"three_activations.json", shapes({{"x", {4}}})},
   };
   for (const auto& [file, opts] : cases) {
     const Graph g = load(file, opts);
@@ -432,7 +454,7 @@ TEST(MxnetExport, AttributeSpellingsRoundTrip) {
 }
 
 TEST(MxnetExport, HintThatShadowsAnAttributeIsAnError) {
-  Graph g = load("no_heads.json");
+  Graph g = load("three_activations.json");
   g.nodes[1].hints["act_type"] = "tanh";
   EXPECT_EQ(error_message([&] { export_mxnet_json(g); }),
             "node 1 'relu' (Activation): attribute 'act_type' is also a hint, and a file can hold only one of them");

@@ -191,6 +191,23 @@ TEST(NnOpsInfer, BatchNormKeepsStatisticsInF32ForLowPrecisionData) {
                "input 1 (gamma) has shape [5] but [4] is needed");
 }
 
+// eps sits under a square root with the variance: 0 is allowed (the test of the moving
+// statistics below uses it), a negative or NaN eps is refused by every normalization.
+TEST(NnOpsInfer, NormalizationEpsMustBeZeroOrMore) {
+  const std::optional<TensorType> none;
+  EXPECT_EQ(infer("BatchNorm", {f32({2, 4}), none, none, none, none}, {{"eps", "0"}}).outputs[0], f32({2, 4}));
+  for (const char* eps : {"-1", "-1e-30", "nan"}) {
+    SCOPED_TRACE(eps);
+    const std::string want = fmt::format("eps={} must be 0 or more", std::stod(eps));
+    EXPECT_ERROR(infer("BatchNorm", {f32({2, 4}), none, none, none, none}, {{"eps", eps}}), want);
+    EXPECT_ERROR(infer("_contrib_SyncBatchNorm", {f32({2, 4}), none, none, none, none}, {{"eps", eps}}), want);
+    EXPECT_ERROR(infer("LayerNorm", {f32({2, 4}), none, none}, {{"eps", eps}}), want);
+    EXPECT_ERROR(infer("InstanceNorm", {f32({2, 4, 3}), none, none}, {{"eps", eps}}), want);
+    EXPECT_ERROR(infer("GroupNorm", {f32({2, 4, 3}), none, none}, {{"eps", eps}}), want);
+    EXPECT_ERROR(infer("L2Normalization", {f32({2, 4})}, {{"eps", eps}}), want);
+  }
+}
+
 TEST(NnOpsInfer, PoolingConventionsAndLayouts) {
   const Attrs base{{"kernel", "(3,3)"}, {"stride", "(2,2)"}};
   EXPECT_EQ(infer("Pooling", {f32({1, 2, 8, 8})}, base).outputs[0], f32({1, 2, 3, 3}));

@@ -157,7 +157,8 @@ TEST(NpyTest, AcceptsOtherSpellingsOfTheHeader) {
   };
   for (const auto& [dict, type] : cases) {
     SCOPED_TRACE(dict);
-    write_file(dir.file("h.npy"), npy_file(dict, std::string(16, '\1')));
+    const size_t bytes = static_cast<size_t>(ir::num_elements(type.shape)) * ir::dtype_size(type.dtype);
+    write_file(dir.file("h.npy"), npy_file(dict, std::string(bytes, '\1')));
     EXPECT_EQ(read_npy(dir.file("h.npy")).type(), type);
   }
 }
@@ -211,8 +212,12 @@ TEST(NpyTest, RejectsCorruptFilesNamingTheFile) {
   std::string v4 = kInt32File;
   v4[6] = 4;
   EXPECT_ERROR(read_bytes(v4), "unsupported .npy format version 4.0");
-  EXPECT_ERROR(read_npy(dir.file("missing.npy")), dir.file("missing.npy") + ": cannot open");
-  EXPECT_ERROR(read_npy(dir.path().string()), dir.path().string() + ": is a directory");
+  EXPECT_ERROR(read_npy(dir.file("missing.npy")), dir.file("missing.npy") + ": no such file");
+  EXPECT_ERROR(read_npy(dir.path().string()), dir.path().string() + ": not a regular file (a directory)");
+  EXPECT_ERROR(read_npy("/dev/null"), "/dev/null: not a regular file (a device)");
+  // More data than the header declares: a header gone wrong, not a file to read in part.
+  EXPECT_ERROR(read_bytes(npy_file(f4x4, std::string(20, '\0'))),
+               path + ": 4 bytes after the data: the header declares 4 elements of 4 bytes (16 bytes), the file holds 20");
 }
 
 TEST(NpyTest, WriteFailureNamesTheFile) {

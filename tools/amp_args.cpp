@@ -2,6 +2,9 @@
 
 #include "ir/error.h"
 
+#include <set>
+#include <string_view>
+
 namespace ampfuse::tools {
 
 std::optional<engine::AmpOptions> AmpArgs::options() const {
@@ -25,6 +28,15 @@ std::optional<engine::AmpOptions> AmpArgs::options() const {
   if (!layout.empty() && layout != "nhwc") fail("--layout {}: the only layout is nhwc", layout);
   o.layout = layout;
   return o;
+}
+
+void check_excluded_nodes(const std::optional<engine::AmpOptions>& amp, const ir::Graph& g) {
+  if (!amp || amp->excluded_nodes.empty()) return;
+  std::set<std::string_view> names;
+  for (const ir::Node& n : g.nodes)
+    if (!n.is_var()) names.insert(n.name);
+  for (const std::string& name : amp->excluded_nodes)
+    if (!names.count(name)) fail("--exclude {}: the model has no op node of that name", name);
 }
 
 CLI::Option* add_amp_args(CLI::App& cmd, AmpArgs& a, const std::string& amp_help, bool overrides,

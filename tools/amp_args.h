@@ -2,6 +2,7 @@
 #pragma once
 
 #include "engine/passes/amp_options.h"
+#include "ir/graph.h"
 
 #include <CLI/CLI.hpp>
 
@@ -22,6 +23,11 @@ struct AmpArgs {
   // ampfuse::Error naming the option for a bad value.
   std::optional<engine::AmpOptions> options() const;
 };
+
+// Throws ampfuse::Error for an --exclude name that is no node of `g` (the model as loaded,
+// before conversion): a misspelt name would otherwise leave that node in low precision
+// without a word.
+void check_excluded_nodes(const std::optional<engine::AmpOptions>& amp, const ir::Graph& g);
 
 // Adds --amp (with `amp_help`, its values shown as `amp_values`) and, with `overrides`, the
 // op-class and layout options. Returns the --amp option.

@@ -67,6 +67,7 @@ int run_convert(const ConvertOptions& o) {
       o.params.empty() ? std::nullopt : std::optional<ParamsFile>(read_params_file(o.params));
   std::set<std::string> unreached;
   ir::Graph g = load_model_file(o.model, &unreached);
+  check_excluded_nodes(amp, g);
   const auto file_types = input_types_of_file(g);
   with_context("--shape", [&] { set_variable_shapes(g, shapes, unreached); });
   infer_types_naming_missing_shapes(g);
@@ -122,20 +123,26 @@ Command add_convert_command(CLI::App& parent) {
   auto o = std::make_shared<ConvertOptions>();
   CLI::App* cmd = parent.add_subcommand(
       "convert", "Convert a model for automatic mixed precision and write it as MXNet symbol JSON.");
-  cmd->add_option("model", o->model, "MXNet *-symbol.json file")->required()->type_name("MODEL.json");
+  cmd->add_option("model", o->model, "MXNet *-symbol.json file")
+      ->check(non_empty_path())
+      ->required()
+      ->type_name("MODEL.json");
   cmd->add_option("--shape", o->shapes, "Shape of an input (repeatable)")
       ->allow_extra_args(false)
       ->type_name("NAME=D0,D1,...");
   add_amp_args(*cmd, o->amp, "Low-precision type to convert to", true, "bf16|fp16")->required();
   cmd->add_option("-o,--output", o->output, "Where to write the converted symbol JSON")
+      ->check(non_empty_path())
       ->required()
       ->type_name("OUT.json");
   cmd->add_option("--params", o->params,
                   "The model's weights, an MXNet .params file: checked against the model (names, shapes, dtypes)")
+      ->check(non_empty_path())
       ->type_name("FILE.params");
   cmd->add_option("--params-out", o->params_out,
                   "Write the weights for the converted model (needs --params): same names and order, weights stored "
                   "in low precision (--cast-params-offline) cast, as MXNet's convert_model does")
+      ->check(non_empty_path())
       ->type_name("OUT.params");
   cmd->add_flag("--json", o->json,
                 "Print one JSON object {model, output, params_output, target, nodes_before, nodes_after, casts_inserted, "

@@ -101,7 +101,9 @@ int run_dot(const DotOptions& o) {
   const engine::ExecutorOptions eo = o.plan.executor_options();
   const std::map<std::string, ir::Shape> shapes = parse_shape_args(o.shapes);
   // The plan `run` runs: the same passes and planner options, for the CPU.
-  const engine::Lowered lowered = engine::lower(load_model(o.model, shapes), engine::lower_options(eo, runtime::cpu_device()));
+  ir::Graph g = load_model(o.model, shapes);
+  check_excluded_nodes(eo.amp, g);
+  const engine::Lowered lowered = engine::lower(std::move(g), engine::lower_options(eo, runtime::cpu_device()));
   const engine::Plan& plan = lowered.plan;
   const std::string text = engine::graph_to_dot(lowered.graph, plan);
   if (ext == ".dot")
@@ -132,12 +134,14 @@ Command add_dot_command(CLI::App& parent) {
       "dot", "Draw a model's fusion plan with Graphviz: each fused kernel a cluster, dtypes as colours.");
   cmd->add_option("model", o->model,
                   "MXNet *-symbol.json file; without it, the embedded default model (data of shape N,3,32,32)")
+      ->check(non_empty_path())
       ->type_name("MODEL.json");
   cmd->add_option("--shape", o->shapes, "Shape of an input, NAME=D0,D1,... (repeatable)")
       ->allow_extra_args(false)
       ->type_name("NAME=D0,D1,...");
   add_plan_args(*cmd, o->plan);
   cmd->add_option("-o,--output", o->output, "FILE.dot (Graphviz text) or FILE.svg (drawn by Graphviz's 'dot')")
+      ->check(non_empty_path())
       ->required()
       ->type_name("FILE.dot|FILE.svg");
   cmd->footer("The plan is the one `ampfuse run` runs on the CPU with the same options (BatchNorms folded,\n"

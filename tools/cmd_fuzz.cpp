@@ -3,11 +3,13 @@
 // failure. With --backward it checks each graph's backward graph instead. CI runs seeds
 // 1-2000 forward and 1-400 backward through ctest (tests/fusion_fuzz_test.cpp).
 #include "fuzz/differential.h"
+#include "ir/error.h"
 #include "tools/commands.h"
 
 #include <fmt/format.h>
 
 #include <chrono>
+#include <limits>
 #include <memory>
 
 namespace ampfuse::tools {
@@ -15,19 +17,24 @@ namespace ampfuse::tools {
 namespace {
 
 struct FuzzOptions {
-  uint64_t seed = 1;
-  uint64_t count = 1000;
+  // Signed, so that "-1" is read as -1 and refused, not wrapped to 2^64 - 1 graphs.
+  int64_t seed = 1;
+  int64_t count = 1000;
   bool no_fuse = false;
   bool backward = false;
 };
 
 int run_fuzz(const FuzzOptions& o) {
+  if (o.seed < 0) fail("--seed {}: must be 0 or more", o.seed);
+  if (o.count < 1) fail("--count {}: must be at least 1", o.count);
+  if (o.seed > std::numeric_limits<int64_t>::max() - o.count)
+    fail("--seed {} --count {}: the last seed would pass 2^63 - 1", o.seed, o.count);
   const auto t0 = std::chrono::steady_clock::now();
   engine::ExecutorOptions opts;
   opts.fuse = !o.no_fuse;
   uint64_t failures = 0, skipped = 0;
   int64_t kernels = 0, nodes = 0;
-  for (uint64_t seed = o.seed; seed < o.seed + o.count; ++seed) {
+  for (int64_t seed = o.seed; seed < o.seed + o.count; ++seed) {
     bool skip = false;
     const fuzz::DifferentialResult r =
         o.backward ? fuzz::check_random_graph_backward(seed, &skip, opts) : fuzz::check_random_graph(seed, opts);

@@ -59,7 +59,10 @@ Command add_info_command(CLI::App& parent) {
   auto o = std::make_shared<InfoOptions>();
   CLI::App* cmd = parent.add_subcommand(
       "info", "Show a model's nodes, op counts, inputs, weights and inferred output shapes.");
-  cmd->add_option("model", o->model, "MXNet *-symbol.json file")->required()->type_name("MODEL.json");
+  cmd->add_option("model", o->model, "MXNet *-symbol.json file")
+      ->check(non_empty_path())
+      ->required()
+      ->type_name("MODEL.json");
   cmd->add_option("--shape", o->shapes,
                   "Shape of an input, NAME=D0,D1,... (repeatable); overrides the model's __shape__ hints")
       ->allow_extra_args(false)
@@ -67,6 +70,7 @@ Command add_info_command(CLI::App& parent) {
   cmd->add_option("--params", o->params,
                   "Check an MXNet .params file against the model: every array names a variable ('arg:' and "
                   "'aux:' dropped) of its shape and dtype; the report adds the weights it gives no value")
+      ->check(non_empty_path())
       ->type_name("FILE.params");
   cmd->add_flag("--json", o->json,
                 "Print one JSON object {model, nodes, op_nodes, ops, inputs, params, outputs}. When an input "

@@ -195,6 +195,7 @@ int run_model(const RunOptions& o) {
       o.params.empty() ? std::nullopt : std::optional<ParamsFile>(read_params_file(o.params));
 
   const ir::Graph g = load_model(o.model, shapes, given);
+  check_excluded_nodes(amp, g);
   if (params) {
     check_params_against_model(*params, g, given);
     given.insert(params->by_variable.begin(), params->by_variable.end());
@@ -341,6 +342,7 @@ Command add_run_command(CLI::App& parent) {
   cmd->add_option("model", o->model,
                   "MXNet *-symbol.json file; without it, the embedded default model (a conv block and a "
                   "GELU MLP block on data of shape N,3,32,32)")
+      ->check(non_empty_path())
       ->type_name("MODEL.json");
   cmd->add_option("--shape", o->shapes, "Shape of an input (repeatable)")
       ->allow_extra_args(false)
@@ -353,9 +355,11 @@ Command add_run_command(CLI::App& parent) {
   cmd->add_option("--params", o->params,
                   "The model's weights from an MXNet .params file (mx.nd.save, HybridBlock.export): each array "
                   "binds the variable of its name, 'arg:' and 'aux:' dropped; shapes and dtypes must match")
+      ->check(non_empty_path())
       ->type_name("FILE.params");
   cmd->add_option("--save-outputs", o->save_dir,
                   "Write each output to DIR/<output name>.npy (bf16 as float32), creating DIR")
+      ->check(non_empty_path())
       ->type_name("DIR");
   cmd->add_flag("--backward", o->backward,
                 "Also differentiate: run forward and backward (head gradients of ones, or the loss's own "
@@ -373,6 +377,7 @@ Command add_run_command(CLI::App& parent) {
                 "cheap ones in them when that moves fewer bytes");
   cmd->add_option("--save-gradients", o->gradients_dir,
                   "With --backward: write each gradient to DIR/<variable name>.npy (bf16 as float32)")
+      ->check(non_empty_path())
       ->type_name("DIR");
   cmd->add_option("--seed", o->seed, "Seed of the random values of unbound variables (default 0)")->type_name("N");
   add_plan_args(*cmd, o->plan);

@@ -221,16 +221,23 @@ Command add_train_command(CLI::App& parent) {
       "train", "Train a classifier (an MXNet *-symbol.json with a SoftmaxOutput head) on .npy data: AMP, dynamic "
                "loss scaling with the overflow check folded into the kernels, a generated optimizer.");
   cmd->add_option("model", o->model, "MXNet *-symbol.json file with a SoftmaxOutput head")
+      ->check(non_empty_path())
       ->required()
       ->type_name("MODEL.json");
   cmd->add_option("--data", o->data, "Training inputs: a .npy array, one row per example (first axis)")
+      ->check(non_empty_path())
       ->required()
       ->type_name("X.npy");
   cmd->add_option("--labels", o->labels, "Training labels: a .npy array of class ids, one per row of --data")
+      ->check(non_empty_path())
       ->required()
       ->type_name("Y.npy");
-  cmd->add_option("--test-data", o->test_data, "Held-out inputs, evaluated after every epoch")->type_name("X.npy");
-  cmd->add_option("--test-labels", o->test_labels, "Held-out labels")->type_name("Y.npy");
+  cmd->add_option("--test-data", o->test_data, "Held-out inputs, evaluated after every epoch")
+      ->check(non_empty_path())
+      ->type_name("X.npy");
+  cmd->add_option("--test-labels", o->test_labels, "Held-out labels")
+      ->check(non_empty_path())
+      ->type_name("Y.npy");
   add_amp_args(*cmd, o->amp, "Train with automatic mixed precision: f32 master weights, lp16 copies the forward reads",
                false);
   cmd->add_option("--optimizer", o->optimizer, "sgd (with --momentum), adam or adamw (default sgd)")
@@ -260,6 +267,7 @@ Command add_train_command(CLI::App& parent) {
   cmd->add_option("--save-params", o->save_params,
                   "Write the trained f32 weights and moving statistics as an MXNet .params file "
                   "(\"arg:NAME\", \"aux:NAME\", as HybridBlock.export)")
+      ->check(non_empty_path())
       ->type_name("FILE.params");
   cmd->add_flag("--json", o->json,
                 "Print one JSON object {model, amp, optimizer, lr, batch, seed, fused, rows, steps_per_epoch, "

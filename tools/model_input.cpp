@@ -30,12 +30,14 @@ ir::Shape parse_extents(const std::string& arg, const std::string& text) {
     const std::string_view item(text.data() + pos, comma - pos);
     int64_t d = 0;
     auto [end, ec] = std::from_chars(item.data(), item.data() + item.size(), d);
-    if (item.empty() || ec != std::errc() || end != item.data() + item.size() || d <= 0)
-      fail("--shape '{}': '{}' is not a positive integer extent", arg, item);
+    // Zero is an extent like any other (an empty tensor, as from an .npy file of batch 0).
+    if (item.empty() || ec != std::errc() || end != item.data() + item.size() || d < 0)
+      fail("--shape '{}': '{}' is not an integer extent of 0 or more", arg, item);
     shape.push_back(d);
     if (comma == text.size()) break;
     pos = comma + 1;
   }
+  with_context(fmt::format("--shape '{}'", arg), [&] { ir::num_elements(shape); });  // at most 2^63 - 1
   return shape;
 }
 
@@ -73,8 +75,6 @@ std::map<std::string, std::string> parse_input_args(const std::vector<std::strin
 }
 
 ir::Graph load_model_file(const std::string& path, std::set<std::string>* unreached) {
-  std::error_code ec;
-  if (!std::filesystem::is_regular_file(path, ec)) fail("{}: no such file", path);
   ir::MxnetImportOptions opts;
   opts.infer = false;  // shapes from the command line come first
   opts.unreached_variables = unreached;
@@ -164,6 +164,19 @@ ir::Graph default_model(const std::map<std::string, ir::Shape>& shapes, const ru
   return g;
 }
 
+// The dtype the model itself gives variable `name`: its __dtype__ hint, else f32; nullopt
+// for a name the graph lacks or a hint naming a type ampfuse lacks (a file's type replaces
+// it, and other checks name the variable).
+std::optional<ir::DType> declared_dtype(const ir::Graph& g, const std::string& name) {
+  const std::optional<int32_t> i = g.find_var(name);
+  if (!i) return std::nullopt;
+  try {
+    return ir::variable_dtype_hint(g.nodes[*i]).value_or(ir::DType::f32);
+  } catch (const Error&) {
+    return std::nullopt;
+  }
+}
+
 ir::Graph model_from_file(const std::string& path, const std::map<std::string, ir::Shape>& shapes,
                           const runtime::Bindings& given) {
   std::set<std::string> unreached;
@@ -173,9 +186,30 @@ ir::Graph model_from_file(const std::string& path, const std::map<std::string, i
   std::map<std::string, ir::TensorType> from_files;
   for (const auto& [name, t] : given)
     if (!shapes.count(name)) from_files[name] = t.type();
+  // Files of another dtype than the model declares (an f64 array for an f32 model) are
+  // legal: the input's type flows through the graph. When that makes inference fail (an
+  // f32 weight meets f64 data), the error is the file's, not the weight's.
+  std::map<std::string, ir::TensorType> as_declared;
+  for (const auto& [name, t] : from_files)
+    if (const std::optional<ir::DType> d = declared_dtype(g, name); d && *d != t.dtype) as_declared[name] = {*d, t.shape};
   with_context("--inputs", [&] { set_variable_types(g, from_files); });
   with_context("--shape", [&] { set_variable_shapes(g, shapes, unreached); });
-  infer_types_naming_missing_shapes(g);
+  std::optional<ir::Graph> before;
+  if (!as_declared.empty()) before = g;
+  try {
+    infer_types_naming_missing_shapes(g);
+  } catch (const Error& e) {
+    if (!before) throw;
+    set_variable_types(*before, as_declared);
+    try {
+      ir::infer_types(*before);
+    } catch (const Error&) {
+      throw e;  // not the files' dtype alone
+    }
+    const auto& [name, t] = *as_declared.begin();
+    fail("--inputs {}: the file holds {}, but the model computes in {} ({}); save the array as {}", name,
+         ir::dtype_name(from_files.at(name).dtype), ir::dtype_name(t.dtype), e.what(), ir::dtype_name(t.dtype));
+  }
   return g;
 }
 

@@ -12,7 +12,8 @@
 namespace ampfuse::tools {
 
 // "--shape NAME=D0,D1,..." arguments, by name. Throws ampfuse::Error quoting the argument
-// on bad syntax, a non-positive or non-integer extent, or a name given twice.
+// on bad syntax, a negative or non-integer extent, 2^63 elements or more, or a name given
+// twice. A zero extent is allowed: the tensor is empty, and so are the outputs it reaches.
 std::map<std::string, ir::Shape> parse_shape_args(const std::vector<std::string>& args);
 
 // "--inputs NAME=FILE.npy" arguments: file path by name. Same error rules.

@@ -2,6 +2,7 @@
 
 #include "engine/training/multi_tensor.h"
 #include "ir/error.h"
+#include "ir/input_file.h"
 #include "ir/scalar_program.h"
 #include "runtime/thread_pool.h"
 
@@ -237,11 +238,8 @@ void LossScaler::save(const std::string& path) const {
 }
 
 LossScaler LossScaler::load(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail("{}: cannot open for reading", path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return with_context(path, [&] { return from_json(ss.str()); });
+  const std::string text = ir::read_regular_file(path);
+  return with_context(path, [&] { return from_json(text); });
 }
 
 }  // namespace ampfuse::engine

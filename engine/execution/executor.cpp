@@ -273,8 +273,18 @@ Executable Executable::compile(ir::Graph g, const ExecutorOptions& opts) {
       std::vector<ir::TensorType> types;
       for (ValueRef in : node.inputs) types.push_back(graph.type(in));
       if (!opts.use_onednn) continue;
-      im.externals[s].onednn =
-          with_context(node_label(graph, e->node), [&] { return runtime::onednn_primitive(node, types); });
+      // A primitive that cannot be created (onednn_primitive throws; AMPFUSE_FAULT=primitive
+      // makes it) is handled as a kernel that cannot be compiled: an error when strict, else
+      // the node runs on the interpreter's kernel after a warning, listed in
+      // CompileStats::fallbacks as "node N 'name' (op): reason".
+      try {
+        im.externals[s].onednn = runtime::onednn_primitive(node, types);
+      } catch (const Error& err) {
+        const std::string where = node_label(graph, e->node);
+        if (opts.strict) fail("{}: {}", where, err.what());
+        st.fallbacks.push_back(fmt::format("{}: {}", where, err.what()));
+        fmt::print(stderr, "ampfuse: warning: {}: {}; it runs on the reference interpreter\n", where, err.what());
+      }
       if (!im.externals[s].onednn) continue;
       ++st.onednn_ops;
       const std::string impl_name = runtime::onednn_impl_name(node, types);

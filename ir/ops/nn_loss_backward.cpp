@@ -130,7 +130,7 @@ int64_t group_norm_scales(const Attrs& a, const Shape& s) {
 //   dx = (dy - y * sum(dy * y)) / n. Inputs dy, x.
 OpDef backward_l2_normalization_def() {
   OpDef d = backward_op("_backward_L2Normalization", {{"ograd"}, {"data"}},
-                        {optional("eps", AttrKind::Float, 1e-10),
+                        {epsilon(1e-10),
                          one_of("mode", "instance", {"instance", "channel", "spatial"})});
   d.infer = [](InferContext& ctx) {
     require_same_shape(ctx, 0, 1);
@@ -181,11 +181,11 @@ void register_loss_backward_ops(OpRegistry& r) {
   r.add(backward_softmax_def());
   r.add(backward_softmax_output_def());
   r.add(norm_backward_def("_backward_LayerNorm",
-                          {optional("axis", AttrKind::Int, int64_t{-1}), optional("eps", AttrKind::Float, 1e-5)},
+                          {optional("axis", AttrKind::Int, int64_t{-1}), epsilon(1e-5)},
                           layer_norm_scales));
-  r.add(norm_backward_def("_backward_InstanceNorm", {optional("eps", AttrKind::Float, 1e-3)}, instance_norm_scales));
+  r.add(norm_backward_def("_backward_InstanceNorm", {epsilon(1e-3)}, instance_norm_scales));
   r.add(norm_backward_def("_backward_GroupNorm",
-                          {optional("num_groups", AttrKind::Int, int64_t{1}), optional("eps", AttrKind::Float, 1e-5)},
+                          {optional("num_groups", AttrKind::Int, int64_t{1}), epsilon(1e-5)},
                           group_norm_scales));
   r.add(backward_l2_normalization_def());
   r.add(backward_lrn_def());

@@ -35,11 +35,12 @@ OpDef batch_norm_def() {
               {"moving_var", SlotRole::aux}};
   d.num_outputs = [](const Attrs& a) { return a.get_bool("output_mean_var") ? 3 : 1; };
   // momentum only matters in training: the moving statistics' update (engine/passes/training_mode.h).
-  d.attrs = {optional("eps", AttrKind::Float, 1e-3), optional("momentum", AttrKind::Float, 0.9),
+  d.attrs = {epsilon(1e-3), optional("momentum", AttrKind::Float, 0.9),
              optional("fix_gamma", AttrKind::Bool, true), optional("use_global_stats", AttrKind::Bool, false),
              optional("output_mean_var", AttrKind::Bool, false), optional("axis", AttrKind::Int, int64_t{1})};
   d.ignored_attrs = {"cudnn_off", "min_calib_range", "max_calib_range"};
   d.infer = [](InferContext& ctx) {
+    check_epsilon(ctx.attrs);
     const std::optional<TensorType> stats = infer_batch_norm_inputs(ctx);
     if (!stats) return;
     ctx.outputs[0] = *ctx.inputs[0];
@@ -79,11 +80,12 @@ OpDef sync_batch_norm_def() {
   OpDef d = batch_norm_def();
   d.name = "_contrib_SyncBatchNorm";
   d.num_outputs = nullptr;
-  d.attrs = {optional("eps", AttrKind::Float, 1e-3), optional("fix_gamma", AttrKind::Bool, true),
+  d.attrs = {epsilon(1e-3), optional("fix_gamma", AttrKind::Bool, true),
              optional("use_global_stats", AttrKind::Bool, false), optional("output_mean_var", AttrKind::Bool, false),
              optional("ndev", AttrKind::Int, int64_t{1}), optional("key", AttrKind::String, std::string{})};
   d.ignored_attrs = {"momentum"};
   d.infer = [](InferContext& ctx) {
+    check_epsilon(ctx.attrs);
     if (ctx.attrs.get_bool("output_mean_var"))
       fail("output_mean_var=True (training-time batch statistics) is not supported");
     const TensorType* data = known_input(ctx, 0);
@@ -123,9 +125,10 @@ OpDef layer_norm_def() {
   d.kind = OpKind::compute;
   d.inputs = {{"data"}, {"gamma", SlotRole::param}, {"beta", SlotRole::param}};
   d.num_outputs = [](const Attrs& a) { return a.get_bool("output_mean_var") ? 3 : 1; };
-  d.attrs = {optional("axis", AttrKind::Int, int64_t{-1}), optional("eps", AttrKind::Float, 1e-5),
+  d.attrs = {optional("axis", AttrKind::Int, int64_t{-1}), epsilon(1e-5),
              optional("output_mean_var", AttrKind::Bool, false)};
   d.infer = [](InferContext& ctx) {
+    check_epsilon(ctx.attrs);
     const TensorType* data = known_input(ctx, 0);
     if (!data) return;
     require_float(*data, "the data");

@@ -92,9 +92,10 @@ OpDef batch_norm_train_def() {
               {"moving_mean", SlotRole::aux},
               {"moving_var", SlotRole::aux}};
   d.num_outputs = [](const Attrs&) { return 5; };
-  d.attrs = {optional("eps", AttrKind::Float, 1e-3), optional("momentum", AttrKind::Float, 0.9),
+  d.attrs = {epsilon(1e-3), optional("momentum", AttrKind::Float, 0.9),
              optional("fix_gamma", AttrKind::Bool, true), optional("axis", AttrKind::Int, int64_t{1})};
   d.infer = [](InferContext& ctx) {
+    check_epsilon(ctx.attrs);
     const std::optional<TensorType> stats = infer_batch_norm_inputs(ctx);
     if (!stats) return;
     ctx.outputs[0] = *ctx.inputs[0];

@@ -2,6 +2,7 @@
 // inference helpers they share. Private to ir/ops/.
 #pragma once
 
+#include "ir/error.h"
 #include "ir/op_registry.h"
 
 #include <string>
@@ -35,6 +36,15 @@ void register_nn_backward_ops(OpRegistry& r);    // _backward_Convolution_weight
 inline AttrSpec required(std::string name, AttrKind kind) { return {std::move(name), kind, std::nullopt, {}}; }
 inline AttrSpec optional(std::string name, AttrKind kind, AttrValue fallback) {
   return {std::move(name), kind, std::move(fallback), {}};
+}
+// A normalization's eps, added to the variance under a square root.
+inline AttrSpec epsilon(double fallback) { return optional("eps", AttrKind::Float, fallback); }
+// eps must be 0 or more: a negative one turns a small variance into the square root of a
+// negative number, NaN for every element of that channel. Each forward normalization's
+// infer calls this, so info refuses the graph as run does.
+inline void check_epsilon(const Attrs& a) {
+  const double eps = a.get_float("eps");
+  if (!(eps >= 0)) fail("eps={} must be 0 or more", eps);
 }
 inline AttrSpec none_by_default(std::string name, AttrKind kind) {
   return {std::move(name), kind, AttrValue{std::monostate{}}, {}};

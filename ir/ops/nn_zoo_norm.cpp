@@ -43,8 +43,9 @@ OpDef instance_norm_def() {
   d.name = "InstanceNorm";
   d.kind = OpKind::compute;
   d.inputs = {{"data"}, {"gamma", SlotRole::param}, {"beta", SlotRole::param}};
-  d.attrs = {optional("eps", AttrKind::Float, 1e-3)};
+  d.attrs = {epsilon(1e-3)};
   d.infer = [](InferContext& ctx) {
+    check_epsilon(ctx.attrs);
     const TensorType* data = norm_data(ctx, 3, "InstanceNorm (N, C, spatial...)");
     if (!data) return;
     const TensorType in = *data;
@@ -67,9 +68,10 @@ OpDef group_norm_def() {
   d.kind = OpKind::compute;
   d.inputs = {{"data"}, {"gamma", SlotRole::param}, {"beta", SlotRole::param}};
   d.num_outputs = [](const Attrs& a) { return a.get_bool("output_mean_var") ? 3 : 1; };
-  d.attrs = {optional("num_groups", AttrKind::Int, int64_t{1}), optional("eps", AttrKind::Float, 1e-5),
+  d.attrs = {optional("num_groups", AttrKind::Int, int64_t{1}), epsilon(1e-5),
              optional("output_mean_var", AttrKind::Bool, false)};
   d.infer = [](InferContext& ctx) {
+    check_epsilon(ctx.attrs);
     const int64_t groups = ctx.attrs.get_int("num_groups");
     if (groups < 1) fail("num_groups={} must be at least 1", groups);
     const TensorType* data = norm_data(ctx, 2, "GroupNorm (N, C, ...)");
@@ -96,8 +98,9 @@ OpDef l2_normalization_def() {
   d.name = "L2Normalization";
   d.kind = OpKind::compute;
   d.inputs = {{"data"}};
-  d.attrs = {optional("eps", AttrKind::Float, 1e-10), one_of("mode", "instance", {"instance", "channel", "spatial"})};
+  d.attrs = {epsilon(1e-10), one_of("mode", "instance", {"instance", "channel", "spatial"})};
   d.infer = [](InferContext& ctx) {
+    check_epsilon(ctx.attrs);
     const std::string& mode = ctx.attrs.get_string("mode");
     const size_t min_rank = mode == "spatial" ? 3 : mode == "channel" ? 2 : 1;
     const TensorType* data = norm_data(ctx, min_rank, fmt::format("mode={}", mode));

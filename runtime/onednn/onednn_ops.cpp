@@ -4,6 +4,7 @@
 
 #include "ir/error.h"
 #include "ir/lowp.h"
+#include "runtime/fault_injection.h"
 #include "runtime/thread_pool.h"
 
 #include <oneapi/dnnl/dnnl.hpp>
@@ -770,6 +771,10 @@ struct OnednnPrimitive {
 std::shared_ptr<const OnednnPrimitive> onednn_primitive(const Node& node, std::span<const TensorType> inputs) {
   auto e = entry_for(node, inputs);
   if (!e->prepared) return nullptr;
+  // After the lookup, so that the fault strikes whether or not the primitive was cached, and
+  // leaves the cache as it was.
+  if (fault_strikes(Fault::primitive))
+    fail("oneDNN: creating the {} primitive failed {}", node.op, injected_fault_note());
   return std::make_shared<const OnednnPrimitive>(OnednnPrimitive{std::move(e)});
 }
 
