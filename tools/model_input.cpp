@@ -164,10 +164,17 @@ ir::Graph default_model(const std::map<std::string, ir::Shape>& shapes, const ru
   return g;
 }
 
-ir::Graph model_from_file(const std::string& path, const std::map<std::string, ir::Shape>& shapes,
-                          const runtime::Bindings& given) {
-  std::set<std::string> unreached;
-  ir::Graph g = load_model_file(path, &unreached);
+}  // namespace
+
+ir::Graph load_model_text(std::string_view json_text, std::string_view source_name, std::set<std::string>* unreached) {
+  ir::MxnetImportOptions opts;
+  opts.infer = false;  // shapes given by the caller come first
+  opts.unreached_variables = unreached;
+  return ir::import_mxnet_json(json_text, source_name, opts);
+}
+
+ir::Graph type_model(ir::Graph g, const std::set<std::string>& unreached, const std::map<std::string, ir::Shape>& shapes,
+                     const runtime::Bindings& given) {
   // An input file fixes its variable's type, unless --shape says otherwise (then the run
   // reports the mismatch).
   std::map<std::string, ir::TensorType> from_files;
@@ -177,6 +184,15 @@ ir::Graph model_from_file(const std::string& path, const std::map<std::string, i
   with_context("--shape", [&] { set_variable_shapes(g, shapes, unreached); });
   infer_types_naming_missing_shapes(g);
   return g;
+}
+
+namespace {
+
+ir::Graph model_from_file(const std::string& path, const std::map<std::string, ir::Shape>& shapes,
+                          const runtime::Bindings& given) {
+  std::set<std::string> unreached;
+  ir::Graph g = load_model_file(path, &unreached);
+  return type_model(std::move(g), unreached, shapes, given);
 }
 
 }  // namespace
