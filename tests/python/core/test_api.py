@@ -32,8 +32,11 @@ def test_unknown_input_of_a_file_model(models):
 
 def test_wrong_shape_says_which_shape_it_takes():
     model = ampfuse.load()
-    with pytest.raises(ampfuse.Error, match=r"the default model takes data of shape N,3,32,32"):
+    with pytest.raises(ampfuse.Error, match=r"variable 'data' is bound to f32\[1,3,16,16\] but the graph needs "
+                                            r"f32\[1,3,32,32\]"):
         model(data=np.zeros((1, 3, 16, 16), np.float32))
+    with pytest.raises(ampfuse.Error, match=r"the default model takes data of shape N,3,32,32"):
+        ampfuse.load(shapes={"data": (1, 3, 16, 16)}).plan
 
 
 def test_wrong_shape_against_given_shapes(models):

@@ -21,6 +21,7 @@ def rand(shape, seed=1):
 
 def cli_outputs(cli, tmp_path, model_args, inputs, *options):
     """Runs `ampfuse run` on the same inputs and returns its saved outputs (bf16 as f32)."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
     args = ["run", *model_args, "--repeat", "1", "--no-baseline", "--save-outputs", tmp_path / "out"]
     for name, x in inputs.items():
         np.save(tmp_path / f"{name}.npy", x)
