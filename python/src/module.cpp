@@ -218,12 +218,8 @@ struct Options {
   }
 };
 
-// Weights from a .params file, or from arrays by name (copied: the model computes what
-// depends on them once, so later changes to the caller's arrays must not half-apply).
-struct Params {
-  std::optional<tools::ParamsFile> file;
-};
-
+// Weights from arrays by name, as a .params file would give them. Copied: the model computes
+// what depends on them once, so later changes to the caller's arrays must not half-apply.
 tools::ParamsFile params_from_arrays(const std::map<std::string, std::pair<Array, std::string>>& arrays) {
   tools::ParamsFile p;
   p.path = "params";

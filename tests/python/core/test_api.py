@@ -14,6 +14,12 @@ def test_version(cli):
     assert cli("--version").stdout.startswith(f"ampfuse {ampfuse.__version__}\n")
 
 
+def test_pyproject_version_is_the_library_version():
+    from conftest import REPO
+    text = (REPO / "pyproject.toml").read_text()
+    assert f'\nversion = "{ampfuse.__version__}"\n' in text, "pyproject.toml's version differs from CMakeLists.txt's"
+
+
 def test_error_is_a_runtime_error():
     assert issubclass(ampfuse.Error, RuntimeError)
 

@@ -162,3 +162,23 @@ def test_params_dict_as_cli_inputs(cli, tmp_path, models):
     first = sorted(params)[0]
     with pytest.warns(UserWarning, match=f"no array for 1 weight.*{first}"):
         ampfuse.load(path, {n: a for n, a in params.items() if n != first}, shapes=shapes)
+
+
+def test_emulated_device_runs_the_device_path():
+    x = rand((1, 3, 32, 32), 9)
+    (cpu,) = ampfuse.load()(data=x)
+    model = ampfuse.load(device="cuda-emulated")
+    (emulated,) = model(data=x)
+    assert model.compile_stats["device"] != "cpu"
+    np.testing.assert_allclose(emulated, cpu, rtol=1e-5, atol=1e-5)
+
+
+def test_params_file_gives_mxnets_output(models):
+    """tests/data/params: a Gluon MLP exported by MXNet 1.9.1, its weights and MXNet's output."""
+    data = models.parent / "tests" / "data" / "params"
+    model = ampfuse.load(data / "mlp-symbol.json", str(data / "mlp-0000.params"))
+    (y,) = model(data=np.load(data / "mlp_input.npy"))
+    want = np.load(data / "mlp_output.npy")
+    np.testing.assert_allclose(y, want, rtol=0, atol=1e-5)
+    (random,) = ampfuse.load(data / "mlp-symbol.json")(data=np.load(data / "mlp_input.npy"))
+    assert np.abs(random - want).max() > 0.01  # the file is what made them agree
