@@ -50,14 +50,16 @@ digits: build
 
 # `pip install .` in a fresh virtual environment, then the Python package's tests against the
 # installed package from outside the source tree (README, "Python"). On demand: it builds the
-# library again (scikit-build-core's build folder build/pip/ is kept, so a second run is quick).
+# library again (scikit-build-core's build folder build-pip/ is kept, so a second run is quick;
+# with CMAKE_CXX_COMPILER_LAUNCHER=ccache the first one takes build/'s objects from the cache:
+# hence also build/'s compiler, by the same name).
 PIP_CHECK_VENV ?= $(BUILD)/pip-check-venv
 pip-check: setup
 	rm -rf $(PIP_CHECK_VENV)
 	python3 -m venv $(PIP_CHECK_VENV)
 	$(PIP_CHECK_VENV)/bin/python -m pip install --quiet --disable-pip-version-check pytest 'numpy<1.24' 'ml_dtypes==0.3.2'
-	CMAKE_BUILD_PARALLEL_LEVEL=$(JOBS) $(PIP_CHECK_VENV)/bin/python -m pip install --disable-pip-version-check .
+	CC=cc CXX=c++ CMAKE_BUILD_PARALLEL_LEVEL=$(JOBS) $(PIP_CHECK_VENV)/bin/python -m pip install --disable-pip-version-check .
 	cd $(PIP_CHECK_VENV) && AMPFUSE_CLI=none bin/python -m pytest -q -p no:cacheprovider $(CURDIR)/tests/python/core
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) build-pip
