@@ -3,8 +3,6 @@
 // and with --params-out its weights as the converted model stores them (a .params file).
 #include "engine/lower.h"
 #include "ir/error.h"
-#include "ir/mxnet_json.h"
-#include "ir/mxnet_type_flags.h"
 #include "tools/amp_args.h"
 #include "tools/commands.h"
 #include "tools/model_input.h"
