@@ -2,14 +2,19 @@
 JOBS ?= $(shell nproc)
 BUILD ?= build
 ASAN_BUILD ?= build-asan
+# The one virtual environment of every Python part (scripts/python_env.sh): the Python
+# module's build and tests, the MXNet extension's tests, the GluonCV zoo.
+PY_VENV ?= $(BUILD)/py-venv
 
-.PHONY: demo test setup build build-asan bench clean zoo digits
+.PHONY: demo test setup build build-asan bench clean zoo digits pip-check
 
 setup:
 	@bash scripts/setup.sh
 
 build: setup
-	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release >/dev/null
+	@bash scripts/python_env.sh $(PY_VENV)
+	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DAMPFUSE_BUILD_PYTHON=ON \
+	  -DPython_EXECUTABLE=$(abspath $(PY_VENV))/bin/python >/dev/null
 	@cmake --build $(BUILD) -j $(JOBS)
 
 build-asan: setup
@@ -29,12 +34,13 @@ bench: build
 	@./$(BUILD)/ampfuse_bench
 
 # The GluonCV model-zoo corpus (docs/model_zoo.md): on demand, not part of `make test`.
-# ZOO_VENV: a virtual environment with mxnet 1.9.1 + gluoncv 0.10.5 (created when missing);
+# ZOO_VENV: a virtual environment with mxnet 1.9.1 + gluoncv 0.10.5 (created when missing;
+# by default the Python one, PY_VENV);
 # ZOO_ARGS: options of tests/zoo/zoo.py (e.g. --models 'cifar_*' --timeout 300).
-ZOO_VENV ?= $(BUILD)/zoo-venv
+ZOO_VENV ?= $(PY_VENV)
 ZOO_ARGS ?=
 zoo: build
-	@bash tests/zoo/make_venv.sh $(ZOO_VENV)
+	@bash scripts/python_env.sh $(ZOO_VENV)
 	MXNET_SUBGRAPH_BACKEND=NONE $(ZOO_VENV)/bin/python tests/zoo/zoo.py --ampfuse $(BUILD)/ampfuse --out $(BUILD)/zoo $(ZOO_ARGS)
 
 # The digits models trained in f32, bf16 and fp16 AMP (README.md, "ampfuse train"):
@@ -42,5 +48,18 @@ zoo: build
 digits: build
 	python3 scripts/digits_training.py --ampfuse $(BUILD)/ampfuse --svg docs/digits_training.svg
 
+# `pip install .` in a fresh virtual environment, then the Python package's tests against the
+# installed package from outside the source tree (README, "Python"). On demand: it builds the
+# library again (scikit-build-core's build folder build-pip/ is kept, so a second run is quick;
+# with CMAKE_CXX_COMPILER_LAUNCHER=ccache the first one takes build/'s objects from the cache:
+# hence also build/'s compiler, by the same name).
+PIP_CHECK_VENV ?= $(BUILD)/pip-check-venv
+pip-check: setup
+	rm -rf $(PIP_CHECK_VENV)
+	python3 -m venv $(PIP_CHECK_VENV)
+	$(PIP_CHECK_VENV)/bin/python -m pip install --quiet --disable-pip-version-check pytest 'numpy<1.24' 'ml_dtypes==0.3.2'
+	CC=cc CXX=c++ CMAKE_BUILD_PARALLEL_LEVEL=$(JOBS) $(PIP_CHECK_VENV)/bin/python -m pip install --disable-pip-version-check .
+	cd $(PIP_CHECK_VENV) && AMPFUSE_CLI=none bin/python -m pytest -q -p no:cacheprovider $(CURDIR)/tests/python/core
+
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) build-pip

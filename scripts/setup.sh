@@ -14,6 +14,7 @@ packages=(
   libbenchmark-dev
   zlib1g-dev libzstd-dev libxml2-dev libedit-dev libffi-dev libncurses-dev  # LLVMExports.cmake names them
   graphviz             # `ampfuse dot -o FILE.svg`
+  python3-venv python3-dev  # the Python package: its virtual environment, the module's headers
 )
 
 missing=()

@@ -39,26 +39,4 @@ void check_excluded_nodes(const std::optional<engine::AmpOptions>& amp, const ir
     if (!names.count(name)) fail("--exclude {}: the model has no op node of that name", name);
 }
 
-CLI::Option* add_amp_args(CLI::App& cmd, AmpArgs& a, const std::string& amp_help, bool overrides,
-                          const std::string& amp_values) {
-  CLI::Option* amp = cmd.add_option("--amp", a.amp, amp_help)->type_name(amp_values);
-  if (!overrides) return amp;
-  cmd.add_option("--lp16-ops", a.lp16_ops, "Ops that run in the low-precision type (comma-separated)")
-      ->delimiter(',')
-      ->type_name("OP,...");
-  cmd.add_option("--fp32-ops", a.fp32_ops, "Ops that stay in f32")->delimiter(',')->type_name("OP,...");
-  cmd.add_option("--widest-ops", a.widest_ops, "Ops that run in the widest type of their inputs (amp_multicast)")
-      ->delimiter(',')
-      ->type_name("OP,...");
-  cmd.add_option("--neutral-ops", a.neutral_ops, "Ops that run in whatever type their inputs have")
-      ->delimiter(',')
-      ->type_name("OP,...");
-  cmd.add_option("--exclude", a.exclude, "Node names that stay in f32")->delimiter(',')->type_name("NAME,...");
-  cmd.add_flag("--cast-params-offline", a.cast_params_offline,
-               "Store a weight in the low-precision type when every reader casts it");
-  cmd.add_flag("--cast-narrow", a.cast_narrow, "Widest-type ops with mixed inputs run in low precision");
-  cmd.add_option("--layout", a.layout, "Put convolution regions in channels-last (nhwc)")->type_name("nhwc");
-  return amp;
-}
-
 }  // namespace ampfuse::tools

@@ -4,11 +4,14 @@
 #include "engine/passes/amp_options.h"
 #include "ir/graph.h"
 
-#include <CLI/CLI.hpp>
-
 #include <optional>
 #include <string>
 #include <vector>
+
+namespace CLI {
+class App;
+class Option;
+}  // namespace CLI
 
 namespace ampfuse::tools {
 

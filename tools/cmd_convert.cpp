@@ -3,11 +3,10 @@
 // and with --params-out its weights as the converted model stores them (a .params file).
 #include "engine/lower.h"
 #include "ir/error.h"
-#include "ir/mxnet_json.h"
-#include "ir/mxnet_type_flags.h"
 #include "tools/amp_args.h"
 #include "tools/commands.h"
 #include "tools/model_input.h"
+#include "tools/model_steps.h"
 #include "tools/params_input.h"
 
 #include <nlohmann/json.hpp>
@@ -28,35 +27,6 @@ struct ConvertOptions {
   bool json = false;
 };
 
-// What the model file itself says of each input's type: the type its __shape__/__dtype__
-// hints gave it, or nothing (the hints left untyped stay in Node::hints).
-std::map<std::string, std::optional<ir::TensorType>> input_types_of_file(const ir::Graph& g) {
-  std::map<std::string, std::optional<ir::TensorType>> types;
-  for (const ir::Node* n : input_variables(g))
-    types[n->name] = n->outputs.empty() ? std::nullopt : std::optional<ir::TensorType>(n->outputs[0]);
-  return types;
-}
-
-// The converted graph as it is written: an input carries the __shape__ hint the model file
-// had, never the --shape the conversion ran with (the result takes any batch, as the input
-// did), and its dtype as __dtype__ (MXNet cannot infer an input's dtype backwards through
-// the amp_cast that reads it). Weights keep their types: shapes that do not depend on the
-// batch, and the dtype a weight is stored in (as MXNet's convert_model marks the weights it
-// casts).
-ir::Graph with_file_input_hints(ir::Graph g, const std::map<std::string, std::optional<ir::TensorType>>& file_types) {
-  for (ir::Node& n : g.nodes) {
-    if (!n.is_var() || n.role != ir::VarRole::input) continue;
-    const auto it = file_types.find(n.name);
-    if (it != file_types.end() && it->second) {
-      n.outputs = {*it->second};
-    } else if (!n.outputs.empty()) {
-      n.hints["__dtype__"] = std::to_string(ir::mxnet_flag_of(n.outputs[0].dtype));
-      n.outputs.clear();
-    }
-  }
-  return g;
-}
-
 int run_convert(const ConvertOptions& o) {
   if (o.amp.amp != "bf16" && o.amp.amp != "fp16")
     fail("--amp {}: expected bf16 or fp16 (convert writes a low-precision model)", o.amp.amp);
@@ -66,17 +36,12 @@ int run_convert(const ConvertOptions& o) {
   const std::optional<ParamsFile> params =
       o.params.empty() ? std::nullopt : std::optional<ParamsFile>(read_params_file(o.params));
   std::set<std::string> unreached;
-  ir::Graph g = load_model_file(o.model, &unreached);
-  check_excluded_nodes(amp, g);
-  const auto file_types = input_types_of_file(g);
-  with_context("--shape", [&] { set_variable_shapes(g, shapes, unreached); });
-  infer_types_naming_missing_shapes(g);
-  if (params) check_params_against_model(*params, g);
-  const size_t op_nodes_before = g.nodes.size();
-  engine::AmpStats stats;
-  const ir::Graph converted = engine::convert_for_amp(std::move(g), *amp, &stats);
-
-  const std::string text = ir::export_mxnet_json(with_file_input_hints(converted, file_types));
+  const ConvertedModel c = convert_model(load_model_file(o.model, &unreached), unreached, shapes, *amp,
+                                         params ? &*params : nullptr);
+  const ir::Graph& converted = c.graph;
+  const engine::AmpStats& stats = c.stats;
+  const size_t op_nodes_before = c.nodes_before;
+  const std::string& text = c.json;
   std::ofstream out(o.output, std::ios::binary);
   if (!out) fail("-o {}: cannot open the file for writing", o.output);
   out << text;

@@ -14,6 +14,7 @@
 #include "tools/commands.h"
 #include "tools/model_input.h"
 #include "tools/params_input.h"
+#include "tools/model_steps.h"
 #include "tools/report.h"
 
 #include <algorithm>
@@ -98,62 +99,6 @@ std::pair<double, std::vector<runtime::Tensor>> timed_runs(int repeat, Fn&& run)
     times.push_back(ms_since(t0));
   }
   return {median(times), std::move(outputs)};
-}
-
-// Bindings for the converted graph: a weight stored in low precision offline
-// (--cast-params-offline) is the f32 value rounded once.
-runtime::Bindings bindings_for(const ir::Graph& g, const runtime::Bindings& f32_vars) {
-  runtime::Bindings vars;
-  for (const ir::Node& n : g.nodes) {
-    if (!n.is_var()) continue;
-    const auto it = f32_vars.find(n.name);
-    if (it == f32_vars.end()) continue;
-    vars[n.name] = it->second.dtype() == n.outputs[0].dtype ? it->second : runtime::cast(it->second, n.outputs[0].dtype);
-  }
-  return vars;
-}
-
-// The CPU (null) or the device --device names.
-std::unique_ptr<runtime::DeviceApi> open_device(const std::string& name) {
-  if (name == "cpu") return nullptr;
-  if (name == "cuda-emulated") return std::make_unique<runtime::EmulatedDevice>();
-  if (name != "cuda") fail("--device {}: expected cpu or cuda (or cuda-emulated, the device path on the CPU)", name);
-  return with_context("--device cuda", [] { return runtime::cuda_device_api(); });
-}
-
-PlanSummary summarize_plan(const engine::Executable& exe, bool fused, double cold_ms, double cached_ms) {
-  const engine::CompileStats& cs = exe.compile_stats();
-  PlanSummary p;
-  p.fused = fused;
-  p.device = cs.device;
-  const std::vector<bool>& once = exe.constant_steps();
-  for (size_t s = 0; s < exe.plan().steps.size(); ++s) {
-    const engine::PlanStep& step = exe.plan().steps[s];
-    if (once[s]) continue;
-    if (const auto* k = std::get_if<engine::FusedKernel>(&step)) {
-      ++p.kernels;
-      p.fused_nodes += static_cast<int>(k->nodes.size());
-      ++p.ops_per_kernel[static_cast<int>(k->nodes.size())];
-    } else if (std::holds_alternative<engine::ExternalStep>(step)) {
-      ++p.external_ops;
-    } else {
-      ++p.views;
-    }
-  }
-  p.constant_steps = cs.constant_steps;
-  p.widened_external = cs.widened_external;
-  p.folded_batchnorms = cs.folded_batchnorms;
-  p.compilations = cs.compilations;
-  p.compile_cold_ms = cold_ms;
-  p.compile_cached_ms = cached_ms;
-  p.arena_bytes = cs.arena_bytes;
-  p.intermediate_bytes = cs.intermediate_bytes;
-  p.in_place = cs.in_place;
-  p.onednn_ops = cs.onednn_ops;
-  p.host_round_trips = cs.host_round_trips;
-  p.fallbacks = cs.fallbacks;
-  p.slow_external = cs.slow_external;
-  return p;
 }
 
 // Head gradients of ones (MXNet's backward() default) for the backward graph's inputs.

@@ -177,10 +177,17 @@ std::optional<ir::DType> declared_dtype(const ir::Graph& g, const std::string& n
   }
 }
 
-ir::Graph model_from_file(const std::string& path, const std::map<std::string, ir::Shape>& shapes,
-                          const runtime::Bindings& given) {
-  std::set<std::string> unreached;
-  ir::Graph g = load_model_file(path, &unreached);
+}  // namespace
+
+ir::Graph load_model_text(std::string_view json_text, std::string_view source_name, std::set<std::string>* unreached) {
+  ir::MxnetImportOptions opts;
+  opts.infer = false;  // shapes given by the caller come first
+  opts.unreached_variables = unreached;
+  return ir::import_mxnet_json(json_text, source_name, opts);
+}
+
+ir::Graph type_model(ir::Graph g, const std::set<std::string>& unreached, const std::map<std::string, ir::Shape>& shapes,
+                     const runtime::Bindings& given) {
   // An input file fixes its variable's type, unless --shape says otherwise (then the run
   // reports the mismatch).
   std::map<std::string, ir::TensorType> from_files;
@@ -211,6 +218,15 @@ ir::Graph model_from_file(const std::string& path, const std::map<std::string, i
          ir::dtype_name(from_files.at(name).dtype), ir::dtype_name(t.dtype), e.what(), ir::dtype_name(t.dtype));
   }
   return g;
+}
+
+namespace {
+
+ir::Graph model_from_file(const std::string& path, const std::map<std::string, ir::Shape>& shapes,
+                          const runtime::Bindings& given) {
+  std::set<std::string> unreached;
+  ir::Graph g = load_model_file(path, &unreached);
+  return type_model(std::move(g), unreached, shapes, given);
 }
 
 }  // namespace

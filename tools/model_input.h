@@ -7,6 +7,7 @@
 #include <map>
 #include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace ampfuse::tools {
@@ -24,6 +25,10 @@ std::map<std::string, std::string> parse_input_args(const std::vector<std::strin
 // file's variables it dropped (set_variable_shapes accepts and ignores them, as MXNet's
 // bind accepts shapes it does not use).
 ir::Graph load_model_file(const std::string& path, std::set<std::string>* unreached = nullptr);
+
+// The same for JSON text; errors name `source_name` in place of a file.
+ir::Graph load_model_text(std::string_view json_text, std::string_view source_name,
+                          std::set<std::string>* unreached = nullptr);
 
 // Gives each named variable its type: `types` as they are; `shapes` with the dtype the
 // variable already has, else the one its __dtype__ hint names (f32 if none). Throws
@@ -50,6 +55,12 @@ std::map<std::string, int> op_histogram(const ir::Graph& g);
 // model when `model` is empty (--shape data=N,3,32,32 sets its batch). `shapes` come from
 // --shape; `given` are variables bound from --inputs files, whose types count unless
 // --shape says otherwise. Throws ampfuse::Error naming the option or input at fault.
+// An untyped graph as load_model_file gives it, typed: `given`'s types for their variables
+// unless `shapes` names them, `shapes` (each with the variable's dtype), then inference,
+// naming missing shapes. What load_model does for a model file.
+ir::Graph type_model(ir::Graph g, const std::set<std::string>& unreached, const std::map<std::string, ir::Shape>& shapes,
+                     const runtime::Bindings& given = {});
+
 ir::Graph load_model(const std::string& model, const std::map<std::string, ir::Shape>& shapes,
                      const runtime::Bindings& given = {});
 

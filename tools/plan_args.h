@@ -4,7 +4,10 @@
 #include "engine/execution/executor.h"
 #include "tools/amp_args.h"
 
-#include <CLI/CLI.hpp>
+namespace CLI {
+class App;
+class Option;
+}  // namespace CLI
 
 namespace ampfuse::tools {
 

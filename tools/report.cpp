@@ -249,6 +249,38 @@ nlohmann::json to_json(const RunReport& r) {
   return j;
 }
 
+std::string plan_text(const PlanSummary& p) {
+  std::string out;
+  std::vector<std::string> sizes;
+  for (auto it = p.ops_per_kernel.rbegin(); it != p.ops_per_kernel.rend(); ++it)
+    sizes.push_back(fmt::format("{}x{}", it->second, it->first));
+  out += fmt::format("plan:    {} on {}: {} kernels holding {} ops", p.fused ? "fused" : "unfused (--no-fuse)", p.device,
+                     p.kernels, p.fused_nodes);
+  if (!sizes.empty()) out += fmt::format(" (kernels x ops: {})", fmt::join(sizes, " "));
+  out += fmt::format(", {} external ops ({} through oneDNN), {} views\n", p.external_ops, p.onednn_ops, p.views);
+  if (p.constant_steps > 0)
+    out += fmt::format("         {} more steps compute from the weights alone, on the first run only\n",
+                       p.constant_steps);
+  if (p.widened_external > 0)
+    out += fmt::format("         {} external ops computed in f32 (no low-precision oneDNN kernel here), their casts "
+                       "fused into the kernels around them\n",
+                       p.widened_external);
+  if (p.folded_batchnorms > 0)
+    out += fmt::format("         BatchNorms folded into the weights and bias of the convolution before each: {}\n",
+                       p.folded_batchnorms);
+  if (p.host_round_trips > 0)
+    out += fmt::format("         {} host steps wait for values computed on the device\n", p.host_round_trips);
+  out += fmt::format("memory:  {:.2f} MB arena for {:.2f} MB of intermediates", p.arena_bytes / 1e6,
+                     p.intermediate_bytes / 1e6);
+  if (p.in_place > 0) out += fmt::format(", {} kernel outputs written over a dead input", p.in_place);
+  out += "\n";
+  out += fmt::format("compile: {:.1f} ms cold ({} kernels compiled)", p.compile_cold_ms, p.compilations);
+  out += p.compile_cached_ms < 0 ? "\n" : fmt::format(", {:.2f} ms cached\n", p.compile_cached_ms);
+  for (const std::string& f : p.fallbacks) out += fmt::format("WARNING: interpreter fallback: {}\n", f);
+  for (const std::string& f : p.slow_external) out += fmt::format("WARNING: slow oneDNN implementation: {}\n", f);
+  return out;
+}
+
 std::string to_text(const RunReport& r) {
   std::string out = model_header(r.model);
   if (r.amp) {
@@ -260,36 +292,7 @@ std::string to_text(const RunReport& r) {
   } else {
     out += "amp:     off (f32)\n";
   }
-  if (r.plan) {
-    const PlanSummary& p = *r.plan;
-    std::vector<std::string> sizes;
-    for (auto it = p.ops_per_kernel.rbegin(); it != p.ops_per_kernel.rend(); ++it)
-      sizes.push_back(fmt::format("{}x{}", it->second, it->first));
-    out += fmt::format("plan:    {} on {}: {} kernels holding {} ops", p.fused ? "fused" : "unfused (--no-fuse)", p.device,
-                       p.kernels, p.fused_nodes);
-    if (!sizes.empty()) out += fmt::format(" (kernels x ops: {})", fmt::join(sizes, " "));
-    out += fmt::format(", {} external ops ({} through oneDNN), {} views\n", p.external_ops, p.onednn_ops, p.views);
-    if (p.constant_steps > 0)
-      out += fmt::format("         {} more steps compute from the weights alone, on the first run only\n",
-                         p.constant_steps);
-    if (p.widened_external > 0)
-      out += fmt::format("         {} external ops computed in f32 (no low-precision oneDNN kernel here), their casts "
-                         "fused into the kernels around them\n",
-                         p.widened_external);
-    if (p.folded_batchnorms > 0)
-      out += fmt::format("         BatchNorms folded into the weights and bias of the convolution before each: {}\n",
-                         p.folded_batchnorms);
-    if (p.host_round_trips > 0)
-      out += fmt::format("         {} host steps wait for values computed on the device\n", p.host_round_trips);
-    out += fmt::format("memory:  {:.2f} MB arena for {:.2f} MB of intermediates", p.arena_bytes / 1e6,
-                       p.intermediate_bytes / 1e6);
-    if (p.in_place > 0) out += fmt::format(", {} kernel outputs written over a dead input", p.in_place);
-    out += "\n";
-    out += fmt::format("compile: {:.1f} ms cold ({} kernels compiled), {:.2f} ms cached\n", p.compile_cold_ms,
-                       p.compilations, p.compile_cached_ms);
-    for (const std::string& f : p.fallbacks) out += fmt::format("WARNING: interpreter fallback: {}\n", f);
-    for (const std::string& f : p.slow_external) out += fmt::format("WARNING: slow oneDNN implementation: {}\n", f);
-  }
+  if (r.plan) out += plan_text(*r.plan);
   if (r.transfers && (r.transfers->uploads > 0 || r.transfers->downloads > 0))
     out += fmt::format("copies:  a run uploads {} tensors ({:.2f} MB) and downloads {} ({:.2f} MB)\n", r.transfers->uploads,
                        r.transfers->upload_bytes / 1e6, r.transfers->downloads, r.transfers->download_bytes / 1e6);

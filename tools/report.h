@@ -83,7 +83,7 @@ struct PlanSummary {
   std::map<int, int> ops_per_kernel;  // ops in a kernel -> how many kernels (of `kernels`)
   int compilations = 0;                // kernels compiled by the first (cold) compile
   double compile_cold_ms = 0;          // first compile
-  double compile_cached_ms = 0;        // the same graph again: every kernel from the cache
+  double compile_cached_ms = 0;        // the same graph again: every kernel from the cache (< 0: not timed)
   int64_t arena_bytes = 0;             // the memory a run's intermediates live in
   int64_t intermediate_bytes = 0;      // every intermediate's bytes added up (no reuse)
   int in_place = 0;                    // kernels writing over a dead input
@@ -91,6 +91,8 @@ struct PlanSummary {
   int host_round_trips = 0;            // on a GPU: host steps waiting for device values
   std::vector<std::string> fallbacks, slow_external;
 };
+// The "plan:", "memory:" and "compile:" lines of `ampfuse run` (and the warnings after them).
+std::string plan_text(const PlanSummary& p);
 
 // Copies between the host and a GPU during one run (all 0 on the CPU).
 struct TransferSummary {

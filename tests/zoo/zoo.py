@@ -16,7 +16,7 @@ OUT/summary.md (the table, and the failures grouped by the op ampfuse refuses or
 first error) and OUT/results.csv (one row a model).
 
 Run it with the Python of a virtual environment holding mxnet==1.9.1, numpy<1.24 and
-gluoncv==0.10.5.post0 (`make zoo` creates one: tests/zoo/make_venv.sh). See
+gluoncv==0.10.5.post0 (`make zoo` creates one: scripts/python_env.sh). See
 docs/model_zoo.md.
 """
 import argparse
