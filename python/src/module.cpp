@@ -27,14 +27,10 @@
 #include <nanobind/stl/vector.h>
 
 #include <chrono>
-#include <condition_variable>
 #include <cstring>
-#include <deque>
 #include <functional>
-#include <future>
 #include <memory>
 #include <mutex>
-#include <thread>
 
 namespace nb = nanobind;
 using namespace ampfuse;
@@ -144,55 +140,6 @@ std::pair<nb::object, std::string> to_numpy(runtime::Tensor t) {
   return {arr.cast(), tag};
 }
 
-// The one thread every compile and run of the module happens on. oneDNN primitives crashed
-// (a memset inside a convolution's execute) when run on a thread other than the one that
-// created them, the default model compiled on one Python thread and run on another; as
-// Debian builds oneDNN, a primitive's library-managed scratchpad seems tied to the creating
-// thread. Python threads may call models at will: the work queues here, with the GIL
-// released, so the calling threads go on with other Python work meanwhile.
-class Worker {
- public:
-  Worker() : thread_([this] { loop(); }) { thread_.detach(); }
-
-  template <class Fn>
-  auto run(Fn&& fn) -> decltype(fn()) {
-    using R = decltype(fn());
-    auto task = std::make_shared<std::packaged_task<R()>>(std::forward<Fn>(fn));
-    std::future<R> done = task->get_future();
-    {
-      std::lock_guard lock(mu_);
-      queue_.push_back([task] { (*task)(); });
-    }
-    ready_.notify_one();
-    return done.get();  // the task's exception, if any, comes out here
-  }
-
- private:
-  void loop() {
-    while (true) {
-      std::function<void()> task;
-      {
-        std::unique_lock lock(mu_);
-        ready_.wait(lock, [this] { return !queue_.empty(); });
-        task = std::move(queue_.front());
-        queue_.pop_front();
-      }
-      task();
-    }
-  }
-
-  std::mutex mu_;
-  std::condition_variable ready_;
-  std::deque<std::function<void()>> queue_;
-  std::thread thread_;
-};
-
-// Never destroyed: the thread waits for work until the process ends.
-Worker& worker() {
-  static Worker* w = new Worker;
-  return *w;
-}
-
 double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -290,7 +237,7 @@ class Model {
     std::vector<runtime::Tensor> outputs;
     {
       nb::gil_scoped_release nogil;
-      worker().run([&] { run_entry(given, outputs); });
+      run_entry(given, outputs);
     }
     std::vector<std::pair<nb::object, std::string>> r;
     for (runtime::Tensor& t : outputs) r.push_back(to_numpy(std::move(t)));
@@ -421,7 +368,7 @@ class Model {
       if (last_) return last_;
     }
     nb::gil_scoped_release nogil;
-    return worker().run([&] { return entry_for({}); });
+    return entry_for({});
   }
 
   Source source_;
