@@ -9,6 +9,10 @@
 #
 #   bench/gpu_check.sh [results-dir]
 #
+# On a GPU machine that cannot build ampfuse (no LLVM 19 or oneDNN there), build here and
+# carry the binaries: bench/gpu_bundle.sh BUILD DIR packs them with every library they load,
+# and AMPFUSE_GPU_BUILD=DIR/build-gpu bench/gpu_check.sh runs them.
+#
 # Exit status: 0 when every step passed, 1 when one failed, 2 when there is no usable GPU
 # (the results still say why and what ran).
 set -uo pipefail
@@ -46,8 +50,14 @@ step() {  # step NAME TIMEOUT_S COMMAND...: runs, logs to $OUT/NAME.log, records
   echo "|---|---|---|---|"
 } >"$SUMMARY"
 
-step configure 20 cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DAMPFUSE_BUILD_BENCH=ON || { cat "$SUMMARY"; exit 1; }
-step build 230 cmake --build "$BUILD" -j "$JOBS" --target ampfuse_cuda_tests ampfuse_cuda_bandwidth ampfuse || { cat "$SUMMARY"; exit 1; }
+# A build made elsewhere (bench/gpu_bundle.sh: for a GPU machine without LLVM 19 and oneDNN
+# to build with) is used as it is.
+if [ -f "$BUILD/prebuilt.txt" ]; then
+  echo "| build | prebuilt: $(head -n 1 "$BUILD/prebuilt.txt") | | |" >>"$SUMMARY"
+else
+  step configure 20 cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DAMPFUSE_BUILD_BENCH=ON || { cat "$SUMMARY"; exit 1; }
+  step build 230 cmake --build "$BUILD" -j "$JOBS" --target ampfuse_cuda_tests ampfuse_cuda_bandwidth ampfuse || { cat "$SUMMARY"; exit 1; }
+fi
 
 # Step limits add up to 8 minutes. The NVRTC build of every fuzzer kernel (CudaNvrtcFuzz,
 # minutes of CPU) is left to CI, which runs it on every commit; the device fuzz runs 500
