@@ -10,6 +10,8 @@
 #include "engine/lower.h"
 #include "engine/execution/executor.h"
 #include "ir/mxnet_json.h"
+#include "ir/text_format.h"
+#include "ir/type_inference.h"
 #include "codegen/kernel_spec.h"
 #include "runtime/kernel_cache.h"
 #include "runtime/thread_pool.h"
@@ -118,6 +120,45 @@ void BM_C8_Fused(benchmark::State& state) {
   const DType t = state.range(0) ? DType::f32 : DType::bf16;
   const Launch l = prepare(flat_spec("c8", c8_body(), {t, t}, t), {bytes_of("x", t), bytes_of("y", t), bytes_of("out", t)});
   for (auto _ : state) run(l);
+  report(state, 3 * static_cast<int64_t>(ir::dtype_size(t)));
+}
+
+// C8 as a graph through the path users take: Executable::run_into the caller's buffers
+// (into:1, what a framework does) or run() with returned buffers let go of each time
+// (into:0, the CLI's loop), on the executor's own threads. Within 10 % of BM_C8_Fused is
+// the goal: everything but the kernel (binding, plan walk) should cost nothing at this size.
+void BM_C8_Executor(benchmark::State& state) {
+  const DType t = state.range(0) ? DType::f32 : DType::bf16;
+  const std::string type = fmt::format("{}[{}]", ir::dtype_name(t), kElements);
+  ir::Graph g = ir::parse_graph(fmt::format(R"(graph {{
+    %x = var input : {0}
+    %y = var input : {0}
+    %a = amp_cast(%x) {{dtype=f32}}
+    %b = amp_cast(%y) {{dtype=f32}}
+    %c = elemwise_mul(%a, %b)
+    %d = _plus_scalar(%c) {{scalar=0.5}}
+    %e = _maximum_scalar(%d) {{scalar=0}}
+    %f = _mul_scalar(%e) {{scalar=1.5}}
+    %h = elemwise_sub(%f, %a)
+    %o = amp_cast(%h) {{dtype={1}}}
+    return %o
+  }})", type, ir::dtype_name(t)));
+  ir::infer_types(g);
+  const engine::Executable exe = engine::Executable::compile(g);
+  if (exe.compile_stats().kernels != 1) state.SkipWithError("C8 did not fuse into one kernel");
+  const ir::TensorType tt{t, {kElements}};
+  runtime::Bindings vars;
+  vars["x"] = runtime::Tensor::wrap(bytes_of("x", t), tt);
+  vars["y"] = runtime::Tensor::wrap(bytes_of("y", t), tt);
+  std::vector<runtime::Tensor> into = {runtime::Tensor::wrap(bytes_of("out", t), tt)};
+  const bool caller_buffers = state.range(1) != 0;
+  exe.run(vars);  // the run context (and its output buffer) exists before timing
+  for (auto _ : state) {
+    if (caller_buffers)
+      exe.run_into(vars, into);
+    else
+      benchmark::DoNotOptimize(exe.run(vars));
+  }
   report(state, 3 * static_cast<int64_t>(ir::dtype_size(t)));
 }
 
@@ -278,6 +319,11 @@ void BM_LossScalerUnscale(benchmark::State& state) {
 
 BENCHMARK(BM_Memcpy)->Arg(6)->Arg(12)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_C8_Fused)->ArgName("f32")->Arg(0)->Arg(1)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_C8_Executor)
+    ->ArgNames({"f32", "into"})
+    ->ArgsProduct({{0, 1}, {0, 1}})
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_C8_FusedStreaming)
     ->ArgNames({"f32", "nt"})
     ->ArgsProduct({{0, 1}, {0, 1}})
