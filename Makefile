@@ -2,8 +2,9 @@
 JOBS ?= $(shell nproc)
 BUILD ?= build
 ASAN_BUILD ?= build-asan
+TSAN_BUILD ?= build-tsan
 
-.PHONY: demo test setup build build-asan bench clean zoo digits
+.PHONY: demo test setup build build-asan tsan bench clean zoo digits
 
 setup:
 	@bash scripts/setup.sh
@@ -25,6 +26,21 @@ test: build build-asan
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 	cd $(ASAN_BUILD) && ctest --output-on-failure -j $(JOBS) -LE exhaustive
 
+# The concurrency tests under ThreadSanitizer (on demand, not in `make test`: a third build
+# of the libraries is too slow for CI): threads compiling through one kernel cache and one
+# disk cache, one executable run from several threads, blocks called from several threads.
+# Kernels and oneDNN run on OpenMP's threads, and libgomp is not instrumented (TSan would
+# report its barriers as races), so the run forces one OpenMP thread: OMP_NUM_THREADS=1
+# (runtime/thread_pool.cpp then runs every chunk on the calling thread). The threads under
+# test are the tests' own std::threads. tests/tsan.supp holds the remaining suppressions.
+TSAN_FILTER ?= KernelCache*:DiskCache*:ExecutorThreads*:Block*:AmpScope*:Jit*
+tsan: setup
+	@cmake -S . -B $(TSAN_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DAMPFUSE_TSAN=ON -DAMPFUSE_BUILD_BENCH=OFF >/dev/null
+	@cmake --build $(TSAN_BUILD) -j $(JOBS) --target ampfuse_concurrency_tests
+	cd $(TSAN_BUILD) && OMP_NUM_THREADS=1 AMPFUSE_STRICT=1 AMPFUSE_CACHE_DIR=$$PWD/kernel-cache \
+	  TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$(CURDIR)/tests/tsan.supp" \
+	  ./ampfuse_concurrency_tests --gtest_filter='$(TSAN_FILTER)'
+
 bench: build
 	@./$(BUILD)/ampfuse_bench
 
@@ -43,4 +59,4 @@ digits: build
 	python3 scripts/digits_training.py --ampfuse $(BUILD)/ampfuse --svg docs/digits_training.svg
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD)
