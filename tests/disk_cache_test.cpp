@@ -14,7 +14,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -214,6 +216,7 @@ ir::Graph pointwise(int variant = 0, int64_t n = 1000) {
   return b.finish();
 }
 
+// Bit for bit: the same kernel, compiled or loaded.
 void expect_same(const std::vector<Tensor>& want, const std::vector<Tensor>& got) {
   ASSERT_EQ(want.size(), got.size());
   for (size_t k = 0; k < want.size(); ++k) {
@@ -221,6 +224,20 @@ void expect_same(const std::vector<Tensor>& want, const std::vector<Tensor>& got
     EXPECT_EQ(std::memcmp(want[k].raw(), got[k].raw(), want[k].bytes()), 0) << "output " << k;
   }
 }
+
+// Against the interpreter: the kernels' vector tanh/sigmoid differ from its scalar ones in
+// the last bits.
+void expect_close(const std::vector<Tensor>& want, const std::vector<Tensor>& got) {
+  ASSERT_EQ(want.size(), got.size());
+  for (size_t k = 0; k < want.size(); ++k) {
+    ASSERT_EQ(want[k].type(), got[k].type());
+    for (int64_t i = 0; i < want[k].size(); ++i)
+      ASSERT_NEAR(want[k].get_f64(i), got[k].get_f64(i), 1e-5 * std::max(1.0, std::fabs(want[k].get_f64(i))))
+          << "output " << k << " element " << i;
+  }
+}
+
+std::vector<Tensor> interpreted(const ir::Graph& g) { return runtime::interpret(g, runtime::random_bindings(g, 7)); }
 
 struct Compiled {
   engine::CompileStats stats;
@@ -238,21 +255,21 @@ TEST(KernelCacheDisk, ANewCacheLoadsTheKernelFromDiskWithoutCompiling) {
   testing::ScopedTempDir dir;
   DiskCache disk(dir.path().string());
   const ir::Graph g = pointwise();
-  const std::vector<Tensor> want = runtime::interpret(g, runtime::random_bindings(g, 7));
 
   KernelCache first(&disk);
   const Compiled cold = compile_and_run(g, first);
+  EXPECT_EQ(cold.stats.kernels, 1);
   EXPECT_EQ(cold.stats.compilations, 1);
   EXPECT_EQ(cold.stats.disk_loads, 0);
   EXPECT_EQ(entries_in(dir.path().string()).size(), 1u);
-  expect_same(want, cold.outputs);
+  expect_close(interpreted(g), cold.outputs);
 
   KernelCache restarted(&disk);  // a new process's cache, the same directory
   const Compiled warm = compile_and_run(g, restarted);
   EXPECT_EQ(warm.stats.compilations, 1);
   EXPECT_EQ(warm.stats.disk_loads, 1);
   EXPECT_EQ(restarted.stats().disk_loads, 1);
-  expect_same(want, warm.outputs);
+  expect_same(cold.outputs, warm.outputs);
 
   // In memory now: neither compiled nor loaded again.
   const Compiled again = compile_and_run(g, restarted);
@@ -264,16 +281,18 @@ TEST(KernelCacheDisk, CorruptEntryIsRebuiltWithOneWarningAndTheRightResult) {
   testing::ScopedTempDir dir;
   DiskCache disk(dir.path().string());
   const ir::Graph g = pointwise(2);
-  const std::vector<Tensor> want = runtime::interpret(g, runtime::random_bindings(g, 7));
+  Compiled cold;
   {
     KernelCache first(&disk);
-    compile_and_run(g, first);
+    cold = compile_and_run(g, first);
   }
   const auto entries = entries_in(dir.path().string());
-  ASSERT_EQ(entries.size(), 1u);
-  std::string bytes = read_all(entries[0]);
-  bytes[bytes.size() / 2] ^= 0x01;  // inside the object code
-  write_all(entries[0], bytes);
+  ASSERT_EQ(entries.size(), static_cast<size_t>(cold.stats.compilations));
+  for (const std::string& e : entries) {
+    std::string bytes = read_all(e);
+    bytes[bytes.size() / 2] ^= 0x01;  // inside the object code
+    write_all(e, bytes);
+  }
 
   DiskCache disk2(dir.path().string());  // a fresh process: its one warning not yet spent
   KernelCache second(&disk2);
@@ -282,12 +301,14 @@ TEST(KernelCacheDisk, CorruptEntryIsRebuiltWithOneWarningAndTheRightResult) {
   const std::string err = ::testing::internal::GetCapturedStderr();
   EXPECT_EQ(count(err, "warning: kernel cache"), 1) << err;
   EXPECT_EQ(rebuilt.stats.disk_loads, 0);
-  EXPECT_EQ(rebuilt.stats.compilations, 1);
-  expect_same(want, rebuilt.outputs);
-  EXPECT_EQ(DiskCache::verify_file(entries[0]), "") << "the rebuild replaced the entry";
+  EXPECT_EQ(rebuilt.stats.compilations, cold.stats.compilations);
+  EXPECT_EQ(disk2.stats().rejected, cold.stats.compilations);
+  expect_same(cold.outputs, rebuilt.outputs);
+  expect_close(interpreted(g), rebuilt.outputs);
+  for (const std::string& e : entries) EXPECT_EQ(DiskCache::verify_file(e), "") << "the rebuild replaced " << e;
 
   KernelCache third(&disk2);
-  EXPECT_EQ(compile_and_run(g, third).stats.disk_loads, 1);
+  EXPECT_EQ(compile_and_run(g, third).stats.disk_loads, cold.stats.compilations);
 }
 
 // A cache write that fails half-way: the kernel is compiled and right, the next call is
@@ -305,16 +326,18 @@ TEST(KernelCacheDisk, WriteFailingHalfWayStillServesRightResults) {
     const Compiled n = compile_and_run(next, cache);
     const std::string err = ::testing::internal::GetCapturedStderr();
     EXPECT_NE(err.find("half-way"), std::string::npos) << err;
-    expect_same(runtime::interpret(g, runtime::random_bindings(g, 7)), c.outputs);
-    expect_same(runtime::interpret(next, runtime::random_bindings(next, 7)), n.outputs);
-    EXPECT_EQ(disk.stats().store_failures, 2);
+    expect_close(interpreted(g), c.outputs);
+    expect_close(interpreted(next), n.outputs);
+    EXPECT_GT(n.stats.compilations, 0);
+    EXPECT_EQ(disk.stats().store_failures, c.stats.compilations + n.stats.compilations);
     EXPECT_TRUE(files_in(dir.path().string()).empty());
   }
   DiskCache disk(dir.path().string());
   KernelCache restarted(&disk);
   const Compiled c = compile_and_run(g, restarted);
   EXPECT_EQ(c.stats.disk_loads, 0);
-  expect_same(runtime::interpret(g, runtime::random_bindings(g, 7)), c.outputs);
+  EXPECT_GT(c.stats.compilations, 0);
+  expect_close(interpreted(g), c.outputs);
 }
 
 // Threads compiling the same and different graphs through one cache with a disk cache
@@ -334,13 +357,16 @@ TEST(KernelCacheDisk, ThreadsCompileSameAndDifferentGraphsThroughOneCache) {
     int produced = 0, loaded = 0;
     for (int t = 0; t < kThreads; ++t) {
       const ir::Graph g = pointwise(t % 3);
-      expect_same(runtime::interpret(g, runtime::random_bindings(g, 7)), got[t].outputs);
+      expect_close(interpreted(g), got[t].outputs);
       produced += got[t].stats.compilations;
       loaded += got[t].stats.disk_loads;
+      EXPECT_EQ(got[t].stats.compilations + got[t].stats.cache_hits, got[t].stats.kernels) << t;
     }
-    EXPECT_EQ(produced, 3) << "three structures, each produced once";
-    EXPECT_EQ(cache.stats().compilations, 3);
-    EXPECT_EQ(loaded, round == 0 ? 0 : 3);
+    // Each distinct kernel produced once, by one thread: as many as there are entries.
+    EXPECT_EQ(produced, cache.stats().compilations);
+    EXPECT_EQ(static_cast<size_t>(produced), entries_in(dir.path().string()).size());
+    EXPECT_GE(produced, 3) << "three structures";
+    EXPECT_EQ(loaded, round == 0 ? 0 : produced);
   }
 }
 
