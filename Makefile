@@ -33,7 +33,7 @@ test: build build-asan
 # report its barriers as races), so the run forces one OpenMP thread: OMP_NUM_THREADS=1
 # (runtime/thread_pool.cpp then runs every chunk on the calling thread). The threads under
 # test are the tests' own std::threads. tests/tsan.supp holds the remaining suppressions.
-TSAN_FILTER ?= KernelCache*:DiskCache*:ExecutorThreads*:Block*:AmpScope*:Jit*
+TSAN_FILTER ?= KernelCache*:DiskCache*:ExecutorThreads*:Block*:AmpScope*:Jit*:-DiskCacheCli*
 tsan: setup
 	@cmake -S . -B $(TSAN_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DAMPFUSE_TSAN=ON -DAMPFUSE_BUILD_BENCH=OFF >/dev/null
 	@cmake --build $(TSAN_BUILD) -j $(JOBS) --target ampfuse_concurrency_tests
