@@ -32,8 +32,8 @@ test: build build-asan
 # Kernels and oneDNN run on OpenMP's threads, and libgomp is not instrumented (TSan would
 # report its barriers as races), so the run forces one OpenMP thread: OMP_NUM_THREADS=1
 # (runtime/thread_pool.cpp then runs every chunk on the calling thread). The threads under
-# test are the tests' own std::threads. tests/tsan.supp holds suppressions (none needed so far). The JitThreadPool tests are left
-# out: they test the OpenMP team itself.
+# test are the tests' own std::threads. tests/tsan.supp holds suppressions (none needed so
+# far). The JitThreadPool tests are left out: they test the OpenMP team itself.
 TSAN_FILTER ?= KernelCache*:DiskCache*:ExecutorThreads*:Block*:AmpScope*:Jit.*:-DiskCacheCli*
 tsan: setup
 	@cmake -S . -B $(TSAN_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DAMPFUSE_TSAN=ON -DAMPFUSE_BUILD_BENCH=OFF >/dev/null
