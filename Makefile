@@ -5,8 +5,9 @@ ASAN_BUILD ?= build-asan
 # The one virtual environment of every Python part (scripts/python_env.sh): the Python
 # module's build and tests, the MXNet extension's tests, the GluonCV zoo.
 PY_VENV ?= $(BUILD)/py-venv
+TSAN_BUILD ?= build-tsan
 
-.PHONY: demo test setup build build-asan bench clean zoo digits pip-check
+.PHONY: demo test setup build build-asan tsan bench clean zoo digits pip-check
 
 setup:
 	@bash scripts/setup.sh
@@ -29,6 +30,22 @@ demo: build
 test: build build-asan
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 	cd $(ASAN_BUILD) && ctest --output-on-failure -j $(JOBS) -LE exhaustive
+
+# The concurrency tests under ThreadSanitizer (on demand, not in `make test`: a third build
+# of the libraries is too slow for CI): threads compiling through one kernel cache and one
+# disk cache, one executable run from several threads, blocks called from several threads.
+# Kernels and oneDNN run on OpenMP's threads, and libgomp is not instrumented (TSan would
+# report its barriers as races), so the run forces one OpenMP thread: OMP_NUM_THREADS=1
+# (runtime/thread_pool.cpp then runs every chunk on the calling thread). The threads under
+# test are the tests' own std::threads. tests/tsan.supp holds suppressions (none needed so
+# far). The JitThreadPool tests are left out: they test the OpenMP team itself.
+TSAN_FILTER ?= KernelCache*:DiskCache*:ExecutorThreads*:Block*:AmpScope*:Jit.*:-DiskCacheCli*
+tsan: setup
+	@cmake -S . -B $(TSAN_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DAMPFUSE_TSAN=ON -DAMPFUSE_BUILD_BENCH=OFF >/dev/null
+	@cmake --build $(TSAN_BUILD) -j $(JOBS) --target ampfuse_concurrency_tests
+	cd $(TSAN_BUILD) && OMP_NUM_THREADS=1 AMPFUSE_STRICT=1 AMPFUSE_CACHE_DIR=$$PWD/kernel-cache \
+	  TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$(CURDIR)/tests/tsan.supp" \
+	  ./ampfuse_concurrency_tests --gtest_filter='$(TSAN_FILTER)'
 
 bench: build
 	@./$(BUILD)/ampfuse_bench
@@ -62,4 +79,4 @@ pip-check: setup
 	cd $(PIP_CHECK_VENV) && AMPFUSE_CLI=none bin/python -m pytest -q -p no:cacheprovider $(CURDIR)/tests/python/core
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD) build-pip
+	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD) build-pip

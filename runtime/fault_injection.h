@@ -22,9 +22,8 @@ enum class Fault {
   compile,
   primitive,
   alloc,
-  // Reserved for the on-disk kernel cache (runtime/kernel_cache, being written separately):
-  // its writer calls fault_strikes(Fault::cache_write) before writing an entry and then
-  // writes only half of it, as a crash or a full disk would leave it. Nothing calls it yet.
+  // The on-disk kernel cache: the writer (runtime/disk_cache.cpp) writes only half of the entry, as a crash or a
+  // full disk would leave it, and the store fails with a warning.
   cache_write,
 };
 

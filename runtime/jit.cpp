@@ -4,7 +4,10 @@
 #include "ir/error.h"
 #include "ir/special_functions.h"
 #include "runtime/fault_injection.h"
+#include "runtime/disk_cache.h"
 
+#include <llvm/Config/llvm-config.h>
+#include <llvm/ExecutionEngine/Orc/CompileUtils.h>
 #include <llvm/ExecutionEngine/Orc/ExecutionUtils.h>
 #include <llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h>
 #include <llvm/ExecutionEngine/Orc/LLJIT.h>
@@ -13,6 +16,8 @@
 #include <llvm/IR/Module.h>
 #include <llvm/Support/Error.h>
 #include <llvm/TargetParser/SubtargetFeature.h>
+
+#include <ampfuse/version.h>
 
 #include <mutex>
 
@@ -33,7 +38,13 @@ T take(llvm::Expected<T> value, const char* what) {
 struct Jit::Impl {
   std::mutex mutex;
   std::unique_ptr<llvm::orc::LLJIT> jit;
+  // The JIT's own IR compiler (owned by its compile layer): emit_object uses it, so that
+  // objects get exactly the target machine LLJIT configured (relocation and code model
+  // for its linker included).
+  llvm::orc::IRCompileLayer::IRCompiler* compiler = nullptr;
+  std::string identity;
   int64_t modules = 0;
+  int64_t dylibs = 0;
 };
 
 Jit::Jit() : impl_(std::make_unique<Impl>()) {
@@ -45,7 +56,25 @@ Jit::Jit() : impl_(std::make_unique<Impl>()) {
   machine.setCodeGenOptLevel(llvm::CodeGenOptLevel::Aggressive);
   machine.getOptions().AllowFPOpFusion = llvm::FPOpFusion::Strict;
 
-  impl_->jit = take(llvm::orc::LLJITBuilder().setJITTargetMachineBuilder(std::move(machine)).create(), "create");
+  Impl* impl = impl_.get();
+  auto compiler_for = [impl](llvm::orc::JITTargetMachineBuilder jtmb)
+      -> llvm::Expected<std::unique_ptr<llvm::orc::IRCompileLayer::IRCompiler>> {
+    auto tm = jtmb.createTargetMachine();
+    if (!tm) return tm.takeError();
+    auto compiler = std::make_unique<llvm::orc::TMOwningSimpleCompiler>(std::move(*tm));
+    impl->compiler = compiler.get();
+    return compiler;
+  };
+  impl_->jit = take(llvm::orc::LLJITBuilder()
+                        .setJITTargetMachineBuilder(std::move(machine))
+                        .setCompileFunctionCreator(compiler_for)
+                        .create(),
+                    "create");
+  if (!impl_->compiler) fail("LLVM JIT: the JIT did not create its IR compiler");
+  // Everything that changes the machine code besides the kernel itself (the disk cache's key).
+  impl_->identity = fmt::format("ampfuse {} | build {} | LLVM {} | {} | cpu {} | features {} | O3, fp-contract off",
+                                AMPFUSE_VERSION, DiskCache::build_identity(), LLVM_VERSION_STRING, target.triple, target.cpu,
+                                target.features);
   const char prefix = impl_->jit->getDataLayout().getGlobalPrefix();
   auto process = take(llvm::orc::DynamicLibrarySearchGenerator::GetForCurrentProcess(prefix), "process symbols");
   impl_->jit->getMainJITDylib().addGenerator(std::move(process));
@@ -68,17 +97,38 @@ Jit& Jit::global() {
 }
 
 void* Jit::compile(codegen::LlvmModule module) {
+  const std::string symbol = module.symbol;
+  return load_object(emit_object(std::move(module)), symbol);
+}
+
+std::string Jit::emit_object(codegen::LlvmModule module) {
   std::lock_guard lock(impl_->mutex);
   const std::string symbol = module.symbol;
   if (fault_strikes(Fault::compile))
-    fail("LLVM JIT: adding module '{}': compilation failed {}", symbol, injected_fault_note());
-  llvm::orc::ThreadSafeModule tsm(std::move(module.module), std::move(module.context));
-  if (llvm::Error e = impl_->jit->addIRModule(std::move(tsm)))
-    fail("LLVM JIT: adding module '{}': {}", symbol, message(std::move(e)));
-  const llvm::orc::ExecutorAddr address = take(impl_->jit->lookup(symbol), "lookup");
+    fail("LLVM JIT: compiling module '{}': compilation failed {}", symbol, injected_fault_note());
+  auto object = (*impl_->compiler)(*module.module);
+  if (!object) fail("LLVM JIT: compiling module '{}': {}", symbol, message(object.takeError()));
+  return std::string((*object)->getBuffer());
+}
+
+void* Jit::load_object(std::string_view object, const std::string& symbol) {
+  std::lock_guard lock(impl_->mutex);
+  // A library of its own per object: objects from the disk cache were named by the process
+  // that compiled them, so their symbols may repeat ours. It links against main (the
+  // helpers, the C library).
+  auto created = impl_->jit->createJITDylib(fmt::format("ampfuse_object_{}", impl_->dylibs++));
+  if (!created) fail("LLVM JIT: creating a library for '{}': {}", symbol, message(created.takeError()));
+  llvm::orc::JITDylib& lib = *created;
+  lib.addToLinkOrder(impl_->jit->getMainJITDylib());
+  auto buffer = llvm::MemoryBuffer::getMemBufferCopy(llvm::StringRef(object.data(), object.size()), symbol);
+  if (llvm::Error e = impl_->jit->addObjectFile(lib, std::move(buffer)))
+    fail("LLVM JIT: adding the object of '{}': {}", symbol, message(std::move(e)));
+  const llvm::orc::ExecutorAddr address = take(impl_->jit->lookup(lib, symbol), "lookup");
   ++impl_->modules;
   return address.toPtr<void*>();
 }
+
+const std::string& Jit::identity() const { return impl_->identity; }
 
 int64_t Jit::modules() const {
   std::lock_guard lock(impl_->mutex);

@@ -11,6 +11,8 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
+#include <string_view>
 
 namespace ampfuse::runtime {
 
@@ -22,7 +24,19 @@ class Jit {
   // as long as the process. Throws ampfuse::Error when LLVM fails, with its message.
   void* compile(codegen::LlvmModule module);
 
-  // Modules compiled so far.
+  // compile() in two halves, so that the object file can be kept (runtime/disk_cache.h):
+  // the module's machine code as a relocatable object, and that object linked into the
+  // process (in a library of its own, so that objects from other processes whose symbols
+  // repeat ours still link) with the address of its `symbol`. Both throw ampfuse::Error
+  // when LLVM fails; load_object does for an object that does not link.
+  std::string emit_object(codegen::LlvmModule module);
+  void* load_object(std::string_view object, const std::string& symbol);
+
+  // Everything besides the kernel that the machine code depends on: ampfuse and LLVM
+  // versions, triple, CPU, features, code generation options. Part of the disk cache's key.
+  const std::string& identity() const;
+
+  // Modules compiled (or objects loaded) so far.
   int64_t modules() const;
 
   ~Jit();

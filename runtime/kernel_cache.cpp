@@ -29,18 +29,57 @@ std::string next_symbol() {
 
 }  // namespace
 
-std::shared_ptr<const CompiledKernel> jit_compile(const codegen::KernelSpec& spec, std::string key) {
+namespace {
+
+// A disk entry's payload: the symbol, a NUL, the object file.
+std::string pack(const std::string& symbol, std::string_view object) {
+  std::string payload = symbol;
+  payload += '\0';
+  payload += object;
+  return payload;
+}
+
+}  // namespace
+
+std::shared_ptr<const CompiledKernel> jit_compile(const codegen::KernelSpec& spec, std::string key, DiskCache* disk) {
   const auto start = std::chrono::steady_clock::now();
   auto kernel = std::make_shared<CompiledKernel>();
-  kernel->symbol = next_symbol();
-  kernel->fn = reinterpret_cast<codegen::KernelFn>(
-      Jit::global().compile(codegen::build_kernel_module(spec, kernel->symbol)));
+  Jit& jit = Jit::global();
+  // The disk key: the in-memory key (target tag, spec) plus what else changes the code.
+  const std::string disk_key = disk ? jit.identity() + " | cpu kernel | " + key : std::string();
+  if (disk) {
+    if (std::optional<std::string> payload = disk->load(disk_key)) {
+      const size_t nul = payload->find('\0');
+      try {
+        if (nul == std::string::npos) fail("no symbol name");
+        kernel->symbol = payload->substr(0, nul);
+        kernel->fn = reinterpret_cast<codegen::KernelFn>(
+            jit.load_object(std::string_view(*payload).substr(nul + 1), kernel->symbol));
+        kernel->from_disk = true;
+      } catch (const Error& e) {
+        // A whole entry (its checksum held) whose object does not link: written by a
+        // broken build, say. Compile afresh; the store below replaces the entry.
+        fmt::print(stderr, "ampfuse: warning: kernel cache: the object of kernel '{}' in '{}' does not load ({}); "
+                   "recompiling\n", spec.name, disk->path_of(disk_key), e.what());
+      }
+    }
+  }
+  if (!kernel->from_disk) {
+    kernel->symbol = next_symbol();
+    std::string object = jit.emit_object(codegen::build_kernel_module(spec, kernel->symbol));
+    kernel->fn = reinterpret_cast<codegen::KernelFn>(jit.load_object(object, kernel->symbol));
+    if (disk) disk->store(disk_key, pack(kernel->symbol, object));  // only what linked
+  } else {
+    count_disk_load_on_this_thread();
+  }
   kernel->key = std::move(key);
   kernel->compile_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return kernel;
 }
 
-KernelCache::KernelCache() : KernelCache(jit_compile) {}
+KernelCache::KernelCache() : KernelCache(DiskCache::process()) {}
+KernelCache::KernelCache(DiskCache* disk)
+    : KernelCache([disk](const codegen::KernelSpec& spec, std::string key) { return jit_compile(spec, std::move(key), disk); }) {}
 KernelCache::KernelCache(Compiler compile)
     : compile_(std::move(compile)), target_tag_(codegen::jit_target().cache_tag) {}
 
@@ -73,6 +112,7 @@ std::shared_ptr<const CompiledKernel> KernelCache::get(const codegen::KernelSpec
       std::lock_guard lock(mutex_);
       if (kernel) {
         ++stats_.compilations;
+        stats_.disk_loads += kernel->from_disk;
         stats_.compile_seconds += kernel->compile_seconds;
       } else {
         ++stats_.failures;

@@ -5,10 +5,15 @@
 // no sizes, so running a graph again with a new batch size finds every kernel compiled. A
 // lookup computes the key and searches a hash map: microseconds. Concurrent requests for
 // one missing key compile it once; the others wait for that compile.
+//
+// Behind the map, the JIT's compiler (jit_compile) asks the disk cache (runtime/disk_cache.h,
+// AMPFUSE_CACHE_DIR) first: a kernel another process compiled is loaded from its object
+// file, with no LLVM optimization or code generation.
 #pragma once
 
 #include "codegen/kernel_abi.h"
 #include "codegen/kernel_spec.h"
+#include "runtime/disk_cache.h"
 #include "runtime/thread_pool.h"
 
 #include <cstdint>
@@ -25,12 +30,14 @@ struct CompiledKernel {
   codegen::KernelFn fn = nullptr;
   std::string key;  // "<target cache tag>|<spec cache key>"
   std::string symbol;
-  double compile_seconds = 0;  // emit + optimize + machine code
+  double compile_seconds = 0;  // emit + optimize + machine code (or the disk load)
+  bool from_disk = false;      // loaded from the disk cache's object file
 };
 
 struct KernelCacheStats {
-  int64_t compilations = 0;
-  int64_t hits = 0;
+  int64_t compilations = 0;  // kernels not found in memory: compiled, or loaded from disk
+  int64_t disk_loads = 0;    // of those, loaded from the disk cache
+  int64_t hits = 0;          // found in memory
   int64_t failures = 0;
   double compile_seconds = 0;
 };
@@ -41,8 +48,10 @@ class KernelCache {
   using Compiler = std::function<std::shared_ptr<const CompiledKernel>(const codegen::KernelSpec&, std::string key)>;
 
   // Compiles for codegen::jit_target(): throws its Error when AMPFUSE_CPU is unknown or
-  // names a level this CPU cannot run, before any kernel is asked for.
+  // names a level this CPU cannot run, before any kernel is asked for. Without an argument
+  // with the process's disk cache (DiskCache::process()); `disk` null: none.
   KernelCache();
+  explicit KernelCache(DiskCache* disk);
   explicit KernelCache(Compiler compile);
   KernelCache(const KernelCache&) = delete;
   KernelCache& operator=(const KernelCache&) = delete;
@@ -50,7 +59,7 @@ class KernelCache {
   static KernelCache& global();
 
   // The kernel for spec's signature, compiled on first request (then *compiled_now is
-  // set). Throws ampfuse::Error for an invalid spec or when compilation fails; requests
+  // set, whether LLVM compiled it or the disk cache had it: CompiledKernel::from_disk). Throws ampfuse::Error for an invalid spec or when compilation fails; requests
   // waiting for that compile get the same error, and a later request tries again (a
   // failure may be passing: out of memory, a full disk).
   std::shared_ptr<const CompiledKernel> get(const codegen::KernelSpec& spec, bool* compiled_now = nullptr);
@@ -66,8 +75,13 @@ class KernelCache {
   KernelCacheStats stats_;
 };
 
-// Compiles `spec` with the process's JIT (runtime/jit.h). Throws ampfuse::Error when LLVM fails.
-std::shared_ptr<const CompiledKernel> jit_compile(const codegen::KernelSpec& spec, std::string key);
+// Compiles `spec` with the process's JIT (runtime/jit.h). With `disk`, loads the object
+// file stored under the kernel's key when there is one (a bad entry or one that does not
+// link is warned about and compiled afresh), else stores the compiled one (a failed store
+// is warned about; the kernel is still returned). Throws ampfuse::Error when LLVM fails.
+std::shared_ptr<const CompiledKernel> jit_compile(const codegen::KernelSpec& spec, std::string key,
+                                                  DiskCache* disk = nullptr);
+
 
 // How run_kernel splits a launch, and the multi-tensor launcher of engine/training too:
 // below kLaunchMinElementsPerThread elements per thread, waking a worker costs more than it

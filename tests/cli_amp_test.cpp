@@ -98,7 +98,7 @@ TEST(CliRunAmp, HumanReportAndBadOptions) {
   const CliResult r = run_cli("run --amp bf16 --repeat 1");
   ASSERT_EQ(r.status, 0) << r.err;
   for (const char* line : {"amp:     bf16", "plan:", "BatchNorms folded into the weights and bias of the convolution before each: 1",
-                           "compile:", "latency:", "speed-up", "error:   vs f32"})
+                           "kernels:", "latency:", "speed-up", "error:   vs f32"})
     EXPECT_NE(r.out.find(line), std::string::npos) << line << "\n" << r.out;
   expect_clean_error(run_cli("run --amp fp8"), "--amp fp8");
   expect_clean_error(run_cli("run --repeat 0"), "--repeat 0");

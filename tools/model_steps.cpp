@@ -86,6 +86,9 @@ PlanSummary summarize_plan(const engine::Executable& exe, bool fused, double col
   p.widened_external = cs.widened_external;
   p.folded_batchnorms = cs.folded_batchnorms;
   p.compilations = cs.compilations;
+  p.kernels_cold = cs.compilations - cs.disk_loads;
+  p.kernels_disk = cs.disk_loads;
+  p.kernels_memory = cs.cache_hits;
   p.compile_cold_ms = cold_ms;
   p.compile_cached_ms = cached_ms;
   p.arena_bytes = cs.arena_bytes;

@@ -192,6 +192,9 @@ nlohmann::json to_json(const RunReport& r) {
                  {"folded_batchnorms", p.folded_batchnorms},
                  {"ops_per_kernel", per_kernel},
                  {"compilations", p.compilations},
+                 {"kernels_cold", p.kernels_cold},
+                 {"kernels_disk", p.kernels_disk},
+                 {"kernels_memory", p.kernels_memory},
                  {"compile_cold_ms", p.compile_cold_ms},
                  {"compile_cached_ms", p.compile_cached_ms},
                  {"arena_bytes", p.arena_bytes},
@@ -274,8 +277,10 @@ std::string plan_text(const PlanSummary& p) {
                      p.intermediate_bytes / 1e6);
   if (p.in_place > 0) out += fmt::format(", {} kernel outputs written over a dead input", p.in_place);
   out += "\n";
-  out += fmt::format("compile: {:.1f} ms cold ({} kernels compiled)", p.compile_cold_ms, p.compilations);
-  out += p.compile_cached_ms < 0 ? "\n" : fmt::format(", {:.2f} ms cached\n", p.compile_cached_ms);
+  out += fmt::format("kernels: {} compiled (cold {}, disk {}, memory {}) in {:.3f} s",
+                     p.kernels_cold + p.kernels_disk + p.kernels_memory, p.kernels_cold, p.kernels_disk,
+                     p.kernels_memory, p.compile_cold_ms / 1e3);
+  out += p.compile_cached_ms < 0 ? "\n" : fmt::format("; again {:.2f} ms (memory)\n", p.compile_cached_ms);
   for (const std::string& f : p.fallbacks) out += fmt::format("WARNING: interpreter fallback: {}\n", f);
   for (const std::string& f : p.slow_external) out += fmt::format("WARNING: slow oneDNN implementation: {}\n", f);
   return out;

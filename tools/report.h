@@ -81,7 +81,10 @@ struct PlanSummary {
   int widened_external = 0;  // external ops computed in f32 with casts fused around them
   int folded_batchnorms = 0; // BatchNorms folded into the Convolution before them
   std::map<int, int> ops_per_kernel;  // ops in a kernel -> how many kernels (of `kernels`)
-  int compilations = 0;                // kernels compiled by the first (cold) compile
+  // The first compile's kernels: compiled now ("cold"), loaded from the disk cache
+  // (AMPFUSE_CACHE_DIR), found in memory (this process had compiled them already).
+  int compilations = 0;                // compiled + loaded from disk (CompileStats' sense)
+  int kernels_cold = 0, kernels_disk = 0, kernels_memory = 0;
   double compile_cold_ms = 0;          // first compile
   double compile_cached_ms = 0;        // the same graph again: every kernel from the cache (< 0: not timed)
   int64_t arena_bytes = 0;             // the memory a run's intermediates live in

@@ -4,6 +4,7 @@
 #include "ir/dump.h"
 #include "ir/error.h"
 #include "runtime/device_api.h"
+#include "runtime/kernel_cache.h"
 #include "runtime/onednn/onednn_ops.h"
 
 #include <fmt/format.h>
@@ -301,6 +302,8 @@ Executable Executable::compile(ir::Graph g, const ExecutorOptions& opts) {
   std::vector<const codegen::KernelSpec*> specs;
   for (const KernelStep* k : to_compile) specs.push_back(&k->lowered.spec);
   bool batch_compiled = false;
+  // Disk loads happen on this thread, inside the device's compile.
+  const int64_t disk_loads_before = runtime::disk_loads_on_this_thread();
   if (!show_progress) try {
       st.compilations = device.precompile(specs);
       batch_compiled = true;
@@ -323,6 +326,7 @@ Executable Executable::compile(ir::Graph g, const ExecutorOptions& opts) {
   if (show_progress) fmt::print(stderr, "\r{:40}\r", "");
   const auto with_code = std::count_if(im.kernels.begin(), im.kernels.end(), [](const KernelStep& k) { return k.code != nullptr; });
   st.cache_hits = std::max(0, static_cast<int>(with_code) - st.compilations);
+  st.disk_loads = static_cast<int>(runtime::disk_loads_on_this_thread() - disk_loads_before);
 
   // Constant params and the steps computed from them alone.
   im.constant_node.assign(graph.nodes.size(), false);

@@ -126,7 +126,11 @@ struct CompileStats {
   int64_t saved_bytes = 0;
   RecomputeStats recomputed;
   int fused_nodes = 0;           // graph nodes computed inside fused kernels
-  int compilations = 0;          // kernels this compile compiled (the rest were cache hits)
+  // Kernels this compile had to produce, compiled or loaded from the disk cache
+  // (runtime/disk_cache.h); disk_loads of them came from disk (the rest, compilations -
+  // disk_loads, LLVM or NVRTC compiled: "cold"); cache_hits were in memory already.
+  int compilations = 0;
+  int disk_loads = 0;
   int cache_hits = 0;
   double compile_seconds = 0;    // wall time of compile(), passes and planning included
   // Host steps (external ops, kernels without device code) that read a value computed on a

@@ -274,13 +274,23 @@ void cuda_precompile(const std::vector<codegen::KernelSpec>& specs) {
   const size_t programs = (fresh.size() + kBatch - 1) / kBatch;
   std::vector<NvrtcResult> compiled(programs);
   std::vector<std::string> errors(programs);
+  // A program's CUBIN is cached under its kernels' keys together: the same model compiled
+  // again forms the same batches.
+  std::vector<char> from_disk(programs, 0);
+  DiskCache* disk = DiskCache::process();
   std::atomic<size_t> next{0};
   auto work = [&] {
     for (size_t p; (p = next++) < programs;) {
       std::string src = codegen::cuda_prelude();
-      for (size_t i = p * kBatch; i < std::min(fresh.size(), (p + 1) * kBatch); ++i) src += sources[i];
+      std::string key;
+      for (size_t i = p * kBatch; i < std::min(fresh.size(), (p + 1) * kBatch); ++i) {
+        src += sources[i];
+        key += fresh[i]->key + '\n';
+      }
       try {
-        compiled[p] = nvrtc_compile(src, fmt::format("ampfuse_batch{}", p), opts);
+        bool loaded = false;
+        compiled[p] = nvrtc_compile_cached(src, fmt::format("ampfuse_batch{}", p), opts, key, disk, &loaded);
+        from_disk[p] = loaded;
       } catch (const Error& e) {
         errors[p] = e.what();
       }
@@ -306,6 +316,7 @@ void cuda_precompile(const std::vector<codegen::KernelSpec>& specs) {
       k->registers = registers[k->name];
       k->compile_seconds = compiled[p].seconds / static_cast<double>(kBatch);
       d.kernels.emplace(k->key, k);
+      if (from_disk[p]) count_disk_load_on_this_thread();
     }
   }
 }
@@ -321,9 +332,12 @@ std::shared_ptr<const CudaKernel> cuda_kernel(const codegen::KernelSpec& spec) {
   k->key = key;
   k->name = codegen::cuda_kernel_name(sig);
   k->vector_width = codegen::cuda_vector_width(sig);
+  bool from_disk = false;
   const NvrtcResult compiled = with_context(fmt::format("kernel '{}'", spec.name), [&] {
-    return nvrtc_compile(codegen::emit_cuda_source(sig, k->name), k->name, opts);
+    return nvrtc_compile_cached(codegen::emit_cuda_source(sig, k->name), k->name, opts, key, DiskCache::process(),
+                                &from_disk);
   });
+  if (from_disk) count_disk_load_on_this_thread();
   k->compile_seconds = compiled.seconds;
   for (const PtxasUsage& u : parse_ptxas_log(compiled.log))
     if (u.function == k->name) k->registers = u.registers;

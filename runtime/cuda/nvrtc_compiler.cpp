@@ -3,6 +3,8 @@
 
 #include "ir/error.h"
 
+#include <ampfuse/version.h>
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -120,6 +122,39 @@ std::vector<std::string> nvrtc_options(const NvrtcOptions& opts) {
   if (opts.ptxas_verbose && real) o.push_back("--ptxas-options=-v");
   o.insert(o.end(), opts.extra.begin(), opts.extra.end());
   return o;
+}
+
+NvrtcResult nvrtc_compile_cached(const std::string& source, const std::string& program_name, const NvrtcOptions& opts,
+                                 const std::string& key, DiskCache* disk, bool* from_disk) {
+  if (from_disk) *from_disk = false;
+  if (!disk) return nvrtc_compile(source, program_name, opts);
+  const std::string disk_key = fmt::format("ampfuse {} | build {} | cuda binary | {}", AMPFUSE_VERSION,
+                                           DiskCache::build_identity(), key);
+  // Payload: "<arch> <cubin 0|1> <log bytes>\n" log binary.
+  if (std::optional<std::string> payload = disk->load(disk_key)) {
+    std::istringstream in(*payload);
+    NvrtcResult r;
+    size_t log_bytes = 0;
+    int cubin = 0;
+    if (in >> r.arch >> cubin >> log_bytes && in.get() == '\n') {
+      const size_t at = static_cast<size_t>(in.tellg());
+      if (at + log_bytes <= payload->size()) {
+        r.cubin = cubin != 0;
+        r.log = payload->substr(at, log_bytes);
+        r.binary.assign(payload->begin() + static_cast<std::ptrdiff_t>(at + log_bytes), payload->end());
+        r.options = nvrtc_options(opts);
+        if (from_disk) *from_disk = true;
+        return r;
+      }
+    }
+    // A whole entry (checksummed) that does not parse: another build's layout. Compile.
+  }
+  NvrtcResult r = nvrtc_compile(source, program_name, opts);
+  std::string payload = fmt::format("{} {} {}\n", r.arch, r.cubin ? 1 : 0, r.log.size());
+  payload += r.log;
+  payload.append(r.binary.data(), r.binary.size());
+  disk->store(disk_key, payload);
+  return r;
 }
 
 std::string cuda_cache_key(const codegen::KernelSignature& sig, const NvrtcOptions& opts) {

@@ -6,6 +6,7 @@
 #pragma once
 
 #include "codegen/kernel_spec.h"
+#include "runtime/disk_cache.h"
 
 #include <cstdint>
 #include <string>
@@ -48,6 +49,13 @@ std::vector<std::string> nvrtc_options(const NvrtcOptions& opts);
 // Compiles one translation unit. Throws ampfuse::Error with NVRTC's log on a compile error,
 // naming `program_name`.
 NvrtcResult nvrtc_compile(const std::string& source, const std::string& program_name, const NvrtcOptions& opts);
+
+// nvrtc_compile through the disk cache (runtime/disk_cache.h): the binary stored under
+// `key` (cuda_cache_key's, or several joined for a batch; the build's identity is added)
+// when `disk` has it, with *from_disk set; else compiles and stores it. PTX text and seconds
+// are not stored (a loaded result has binary, arch, cubin, log and options).
+NvrtcResult nvrtc_compile_cached(const std::string& source, const std::string& program_name, const NvrtcOptions& opts,
+                                 const std::string& key, DiskCache* disk, bool* from_disk = nullptr);
 
 // The cache key of a compiled kernel: the signature's key, the NVRTC version, the options
 // and the architecture. Two keys are equal only when the CUBIN would be.
