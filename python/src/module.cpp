@@ -284,6 +284,7 @@ class Model {
     d["fused_nodes"] = s.fused_nodes;
     d["compilations"] = s.compilations;
     d["cache_hits"] = s.cache_hits;
+    d["disk_loads"] = s.disk_loads;
     d["compile_seconds"] = s.compile_seconds;
     d["host_round_trips"] = s.host_round_trips;
     d["arena_bytes"] = s.arena_bytes;

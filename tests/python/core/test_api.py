@@ -114,7 +114,7 @@ def test_plan_dot_stats_as_cli(cli, tmp_path, models):
     memory_line = next(l for l in printed.splitlines() if l.startswith("memory:"))
     assert plan.splitlines()[0] == plan_line
     assert memory_line in plan.splitlines()
-    assert re.search(r"^compile: [0-9.]+ ms cold \(\d+ kernels compiled\)$", plan, re.M)
+    assert re.search(r"^kernels: \d+ compiled \(cold \d+, disk \d+, memory \d+\) in [0-9.]+ s$", plan, re.M)
 
     cli("dot", path, "--shape", "data=1,3,32,32", "--amp", "bf16", "-o", tmp_path / "plan.dot")
     assert model.dot() == (tmp_path / "plan.dot").read_text()
