@@ -3,7 +3,7 @@ JOBS ?= $(shell nproc)
 BUILD ?= build
 ASAN_BUILD ?= build-asan
 
-.PHONY: demo test setup build build-asan bench clean zoo digits
+.PHONY: demo test setup build build-asan bench clean zoo digits fuzz bigmem
 
 setup:
 	@bash scripts/setup.sh
@@ -21,9 +21,22 @@ demo: build
 
 # The whole suite twice: the release build, then under ASan + UBSan (without the
 # exhaustive 2^32-input checks, which take minutes there and test arithmetic, not memory).
+# Neither runs the bigmem label (4 GiB tensors: `make bigmem`).
 test: build build-asan
-	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) -LE bigmem
 	cd $(ASAN_BUILD) && ctest --output-on-failure -j $(JOBS) -LE exhaustive
+
+# The long fuzzing runs (scripts/fuzz.sh): the parser targets under libFuzzer (clang 14,
+# its own build directory), FUZZ_RUNS executions each, then FUZZ_GRAPHS random graphs
+# through the differential fuzzer. Hours on a small machine; not part of `make test`.
+FUZZ_BUILD ?= build-libfuzzer
+fuzz: build
+	bash scripts/fuzz.sh $(BUILD) $(FUZZ_BUILD)
+
+# A fused bf16 kernel over 2^31 + 17 elements (tests/big_tensor_test.cpp; ~9 GiB, skips
+# with a message when less than 16 GiB is available).
+bigmem: build
+	cd $(BUILD) && ctest --output-on-failure -L bigmem
 
 bench: build
 	@./$(BUILD)/ampfuse_bench
@@ -43,4 +56,4 @@ digits: build
 	python3 scripts/digits_training.py --ampfuse $(BUILD)/ampfuse --svg docs/digits_training.svg
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)
