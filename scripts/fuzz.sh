@@ -42,7 +42,7 @@ for t in $FUZZ_TARGETS; do
   # -max_len: room for the larger seeds (model JSON up to ~70 KB) without making every
   # mutation that big; -timeout: a parse taking over 10 s is a hang.
   log="$FUZZ_BUILD/$t.log"
-  if ! "$FUZZ_BUILD/fuzz_$t" -runs="$FUZZ_RUNS" -jobs=1 -max_len=80000 -timeout=10 -rss_limit_mb=4096 \
+  if ! "$FUZZ_BUILD/fuzz_$t" -runs="$FUZZ_RUNS" -max_len=80000 -timeout=10 -rss_limit_mb=4096 \
       -artifact_prefix="$FUZZ_BUILD/artifacts/$t-" -print_final_stats=1 \
       "$FUZZ_BUILD/corpus/$t" "fuzz/corpus/$t" >"$log" 2>&1; then
     tail -n 60 "$log"
