@@ -13,6 +13,7 @@
 #include "ir/mxnet_hidden_keys.h"
 #include "ir/mxnet_type_flags.h"
 #include "ir/op_registry.h"
+#include "ir/text_lexer.h"
 #include "ir/type_inference.h"
 
 #include <nlohmann/json.hpp>
@@ -526,7 +527,12 @@ std::optional<DType> variable_dtype_hint(const Node& v) {
 }
 
 Graph import_mxnet_json(std::string_view json_text, std::string_view source_name, const MxnetImportOptions& opts) {
-  return Importer(source_name, opts).run(json_text);
+  try {
+    return Importer(source_name, opts).run(json_text);
+  } catch (const Error& e) {
+    // Node names, op names and values from the file may hold line breaks (JSON's "\n").
+    throw Error(text::one_line(e.what()));
+  }
 }
 
 Graph load_mxnet_json_file(const std::string& path, const MxnetImportOptions& opts) {

@@ -197,7 +197,7 @@ TEST(NpyTest, RejectsWhatItCannotRepresentNamingTheFile) {
   // line break, which the message printed raw, so the error was two lines.
   EXPECT_ERROR(read_header("{'descr': '|b\r\xff" "2', 'fortran_order': False, 'shape': (2,), }"),
                "unsupported dtype '|b\\x0d\\xff2'");
-  EXPECT_ERROR(read_header("{'descr': '\r<f4', 'fortran_order': False, 'shape': (2,), }"), "(byte order '\\x0d')");
+  EXPECT_ERROR(read_header("{'descr': '\rf4', 'fortran_order': False, 'shape': (2,), }"), "(byte order '\\x0d')");
 }
 
 TEST(NpyTest, RejectsCorruptFilesNamingTheFile) {
