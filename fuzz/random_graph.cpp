@@ -238,7 +238,8 @@ class Generator {
     static const std::vector<std::string> ops = [] {
       std::vector<std::string> v;
       for (const ir::OpDef* d : recipe_ops()) {
-        const bool required = std::any_of(d->attrs.begin(), d->attrs.end(), [](const ir::AttrSpec& a) { return !a.default_value; });
+        const bool required =
+            std::any_of(d->attrs.begin(), d->attrs.end(), [](const ir::AttrSpec& a) { return !a.default_value; });
         if (d->kind == ir::OpKind::elementwise && !d->num_inputs && d->inputs.size() == 1 && !required && !d->loss_head)
           v.push_back(d->name);
       }

@@ -191,7 +191,8 @@ DType parse_descr(const std::string& descr) {
   if (order == '>')
     fail("big-endian data ('{}') is not supported; convert it with arr.astype('<{}{}')", shown,
          printable(std::string_view(&kind, 1)), size);
-  if (order != '<' && order != '=' && order != '|') fail("unsupported dtype '{}' (byte order '{}')", shown, printable(std::string_view(&order, 1)));
+  if (order != '<' && order != '=' && order != '|')
+    fail("unsupported dtype '{}' (byte order '{}')", shown, printable(std::string_view(&order, 1)));
   for (const NpyType& t : kTypes) {
     if (t.kind != kind || t.size != size) continue;
     if (order == '|' && size != 1) fail("dtype '{}': byte order '|' is only for one-byte types", shown);

@@ -41,7 +41,8 @@ float x_value(int64_t i) { return static_cast<float>(i % 251 - 125); }
 float b_value(int64_t row) { return 0.5f * static_cast<float>(row); }
 
 TEST(BigTensor, FusedBf16KernelPast2To31Elements) {
-  if (!std::getenv("AMPFUSE_BIGMEM")) GTEST_SKIP() << "4 GiB tensors: run by the ctest entry bigmem.fused_bf16 (make bigmem)";
+  if (!std::getenv("AMPFUSE_BIGMEM"))
+    GTEST_SKIP() << "4 GiB tensors: run by the ctest entry bigmem.fused_bf16 (make bigmem)";
   if (const int64_t gib = mem_available_gib(); gib < kNeededGiB)
     GTEST_SKIP() << "needs " << kNeededGiB << " GiB available, this machine has " << gib << " GiB";
 
@@ -59,10 +60,16 @@ TEST(BigTensor, FusedBf16KernelPast2To31Elements) {
   const ir::Graph g = gb.finish(true);
 
   const Executable exe = Executable::compile(g);
-  ASSERT_EQ(exe.compile_stats().kernels, 1);
   ASSERT_TRUE(exe.compile_stats().fallbacks.empty());
-  const codegen::KernelSignature sig = codegen::signature(*exe.kernel_specs().at(0));
-  EXPECT_TRUE(sig.flat() || sig.wide_index) << "a strided kernel over 2^31 + 17 elements must index with 64 bits";
+  // b's cast may be a small kernel of its own; the big one holds everything else.
+  int big = 0;
+  for (const codegen::KernelSpec* spec : exe.kernel_specs()) {
+    if (ir::num_elements(spec->shape) < kRows * kCols) continue;
+    ++big;
+    const codegen::KernelSignature sig = codegen::signature(*spec);
+    EXPECT_TRUE(sig.flat() || sig.wide_index) << "a strided kernel over 2^31 + 17 elements must index with 64 bits";
+  }
+  EXPECT_EQ(big, 1);
 
   runtime::Tensor xt({DType::bf16, {kRows, kCols}});
   uint16_t* xd = xt.data<uint16_t>();
@@ -80,7 +87,7 @@ TEST(BigTensor, FusedBf16KernelPast2To31Elements) {
   };
   const int64_t n = kRows * kCols;
   for (int64_t i = n - 1000; i < n; ++i) expect_element(i);  // the last elements
-  for (int64_t i = (int64_t{1} << 31) - 100; i < (int64_t{1} << 31) + 100; ++i) expect_element(i);  // 2^31
+  for (int64_t i = (int64_t{1} << 31) - 100; i < n; ++i) expect_element(i);  // across 2^31 to the end
   for (int64_t i = 0; i < n; i += 1000003) expect_element(i);  // strided samples, every row
   for (int64_t r = 0; r < kRows; ++r) expect_element(r * kCols + kCols - 1);
 }

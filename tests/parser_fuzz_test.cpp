@@ -81,7 +81,8 @@ class Mutator {
       case 3: {  // duplicate a range in place
         if (b.empty()) return;
         const size_t from = pick(b.size()), n = std::min(b.size() - from, 1 + pick(64));
-        const Bytes piece(b.begin() + static_cast<std::ptrdiff_t>(from), b.begin() + static_cast<std::ptrdiff_t>(from + n));
+        const Bytes piece(b.begin() + static_cast<std::ptrdiff_t>(from),
+                          b.begin() + static_cast<std::ptrdiff_t>(from + n));
         b.insert(b.begin() + static_cast<std::ptrdiff_t>(at), piece.begin(), piece.end());
         return;
       }
