@@ -7,7 +7,7 @@ ASAN_BUILD ?= build-asan
 PY_VENV ?= $(BUILD)/py-venv
 TSAN_BUILD ?= build-tsan
 
-.PHONY: demo test setup build build-asan tsan bench clean zoo digits pip-check
+.PHONY: demo test setup build build-asan tsan bench clean zoo digits pip-check fuzz bigmem
 
 setup:
 	@bash scripts/setup.sh
@@ -27,8 +27,9 @@ demo: build
 
 # The whole suite twice: the release build, then under ASan + UBSan (without the
 # exhaustive 2^32-input checks, which take minutes there and test arithmetic, not memory).
+# Neither runs the bigmem label (4 GiB tensors: `make bigmem`).
 test: build build-asan
-	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) -LE bigmem
 	cd $(ASAN_BUILD) && ctest --output-on-failure -j $(JOBS) -LE exhaustive
 
 # The concurrency tests under ThreadSanitizer (on demand, not in `make test`: a third build
@@ -46,6 +47,18 @@ tsan: setup
 	cd $(TSAN_BUILD) && OMP_NUM_THREADS=1 AMPFUSE_STRICT=1 AMPFUSE_CACHE_DIR=$$PWD/kernel-cache \
 	  TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$(CURDIR)/tests/tsan.supp" \
 	  ./ampfuse_concurrency_tests --gtest_filter='$(TSAN_FILTER)'
+
+# The long fuzzing runs (scripts/fuzz.sh): the parser targets under libFuzzer (clang 14,
+# its own build directory), FUZZ_RUNS executions each, then FUZZ_GRAPHS random graphs
+# through the differential fuzzer. Hours on a small machine; not part of `make test`.
+FUZZ_BUILD ?= build-libfuzzer
+fuzz: build
+	bash scripts/fuzz.sh $(BUILD) $(FUZZ_BUILD)
+
+# A fused bf16 kernel over 2^31 + 17 elements (tests/big_tensor_test.cpp; ~9 GiB, skips
+# with a message when less than 16 GiB is available).
+bigmem: build
+	cd $(BUILD) && ctest --output-on-failure -L bigmem
 
 bench: build
 	@./$(BUILD)/ampfuse_bench
@@ -79,4 +92,4 @@ pip-check: setup
 	cd $(PIP_CHECK_VENV) && AMPFUSE_CLI=none bin/python -m pytest -q -p no:cacheprovider $(CURDIR)/tests/python/core
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD) build-pip
+	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD) $(FUZZ_BUILD) build-pip

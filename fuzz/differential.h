@@ -62,7 +62,8 @@ DifferentialResult check_random_graph(uint64_t seed, const engine::ExecutorOptio
 // bit for bit for exact graphs. With a transcendental op a derivative may cancel (tanh's
 // 1 - y*y near |y| = 1), so no ULP bound holds per element: such graphs must agree within
 // kBackwardTolerance steps of the coarsest float type relative to each output's largest
-// |value|. `skipped` is set for a graph with no float input that reaches an output. The
+// |value|. `skipped` is set for a graph with no float input that reaches an output, or
+// with an op build_backward cannot differentiate (tgamma, lgamma, _backward_elementwise). The
 // backward graph's external ops (the sums of broadcast gradients) run on their reference
 // kernels whatever opts.use_onednn says: runtime/onednn adds in another order, and the
 // fused kernels are what this checks, bit for bit.

@@ -3,11 +3,14 @@
 #include "engine/passes/dce.h"
 #include "ir/builder.h"
 #include "ir/error.h"
+#include "ir/op_registry.h"
+#include "ir/scalar_program.h"
 #include "runtime/random.h"
 
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <optional>
 #include <map>
 #include <string>
 #include <vector>
@@ -19,6 +22,47 @@ namespace {
 using ir::DType;
 using ir::Shape;
 using ir::ValueRef;
+
+// Attribute values by kind, for attributes the schema alone describes (no choices).
+constexpr const char* kFloats[] = {"0.5", "2", "-1.5", "3", "0", "1e-3", "100", "-0.25", "65504", "1e30"};
+constexpr const char* kInts[] = {"1", "2", "3", "0", "-1"};
+
+// Whether the program holds an op that backends evaluate within a ULP bound or by a library
+// call (exact on the CPU, within CUDA's bound on a GPU): such a node makes its graph
+// "transcendental". `composite`: the program does more than that one call on its inputs
+// (Activation mish, LeakyReLU gelu, a derivative), so its result may cancel and no
+// per-element ULP bound holds.
+struct RecipeClass {
+  bool transcendental = false;
+  bool composite = false;
+};
+
+RecipeClass classify(const ir::OpDef& def, const ir::Attrs& attrs, int num_inputs) {
+  ir::ScalarBuilder b(num_inputs);
+  (void)def.recipe(b, attrs);
+  RecipeClass c;
+  int calls = 0, arithmetic = 0;
+  for (ir::ScalarBuilder::Val v = 0; v < b.size(); ++v) {
+    const ir::ScalarOp op = b.at(v).op;
+    if (ir::is_transcendental(op) || ir::is_library_call(op)) ++calls;
+    else if (op != ir::ScalarOp::input && op != ir::ScalarOp::constant && op != ir::ScalarOp::round_to) ++arithmetic;
+  }
+  c.transcendental = calls > 0;
+  c.composite = calls > 1 || (calls == 1 && arithmetic > 0);
+  return c;
+}
+
+}  // namespace
+
+std::vector<std::string> fuzzable_ops() {
+  std::vector<std::string> out;
+  const ir::OpRegistry& r = ir::OpRegistry::global();
+  for (const std::string& name : r.names())
+    if (r.find(name)->recipe) out.push_back(name);
+  return out;
+}
+
+namespace {
 
 class Generator {
  public:
@@ -37,7 +81,7 @@ class Generator {
     const int ops = 1 + pick(8);
     for (int k = 0; k < ops; ++k) exact_op();
     if (out.transcendental) {
-      transcendental_op();
+      transcendental_op(out);
       for (int k = pick(3); k > 0; --k) stable_op();
     }
     // The last value and up to two other computed values are outputs.
@@ -146,59 +190,19 @@ class Generator {
     push(b_.op(op, {x.v}, std::move(attrs)), x.shape, x.dtype);
   }
 
+  // An exact op (its fused result must equal the interpreter's bit for bit): a cast, a
+  // transpose, or any op of the registry whose recipe holds no transcendental.
   void exact_op() {
     const Value x = recent_value();
-    switch (pick(14)) {
-      case 0: return unary(x, "Activation", {{"act_type", "relu"}});
-      case 1: {
-        static constexpr const char* kOps[] = {"abs",  "negative",   "square", "sign",  "floor", "ceil",
-                                               "trunc", "sqrt", "reciprocal", "rsqrt", "round", "rint"};
-        return unary(x, kOps[pick(12)]);
-      }
-      case 2: {
-        static constexpr const char* kOps[] = {"_mul_scalar",     "_plus_scalar",    "_minus_scalar",
-                                               "_rminus_scalar",  "_div_scalar",     "_rdiv_scalar",
-                                               "_maximum_scalar", "_minimum_scalar", "_mod_scalar",
-                                               "_rmod_scalar"};
-        return unary(x, kOps[pick(10)], {{"scalar", scalar()}});
-      }
-      case 3: return unary(x, "clip", {{"a_min", "-0.5"}, {"a_max", pick(2) ? "0.75" : "1e30"}});
-      case 4:
-      case 5: {  // a cast
+    switch (pick(8)) {
+      case 0: {  // a cast, now and then to or from f64
         const DType to = pick(6) == 0 ? DType::f64 : float_dtype();
         // amp_cast leaves f64 alone (MXNet's rule), so casts to and from f64 are Casts.
         const char* op = pick(2) && to != DType::f64 && x.dtype != DType::f64 ? "amp_cast" : "Cast";
         push(b_.op(op, {x.v}, {{"dtype", std::string(ir::mxnet_dtype_name(to))}}), x.shape, to);
         return;
       }
-      case 6:
-      case 7:
-      case 8: {  // a broadcasting binary op
-        static constexpr const char* kOps[] = {"broadcast_add", "broadcast_sub", "broadcast_mul", "broadcast_div",
-                                               "broadcast_maximum", "broadcast_minimum"};
-        const Value& y = any_value();
-        if (!broadcastable(x.shape, y.shape)) return unary(x, "negative");
-        const ValueRef yv = as_dtype(y, x.dtype);
-        push(b_.op(kOps[pick(6)], {x.v, yv}), broadcast_result(x.shape, y.shape), x.dtype);
-        return;
-      }
-      case 9: {  // a compare: 1 or 0 in the input's dtype
-        static constexpr const char* kOps[] = {"broadcast_greater", "broadcast_lesser_equal", "broadcast_equal",
-                                               "broadcast_not_equal"};
-        const Value& y = any_value();
-        if (!broadcastable(x.shape, y.shape)) return unary(x, "abs");
-        push(b_.op(kOps[pick(4)], {x.v, as_dtype(y, x.dtype)}), broadcast_result(x.shape, y.shape), x.dtype);
-        return;
-      }
-      case 10: {  // select between two same-shape values
-        const Value& c = any_value();
-        const Value& y = any_value();
-        if (c.shape != x.shape || y.shape != x.shape) return unary(x, "Activation", {{"act_type", "relu"}});
-        push(b_.op("where", {c.v, x.v, as_dtype(y, x.dtype)}), x.shape, x.dtype);
-        return;
-      }
-      case 11:
-      case 12: {  // a transpose: kernels store it through permuted strides
+      case 1: {  // a transpose: kernels store it through permuted strides
         if (x.shape.size() < 2) return unary(x, "_mul_scalar", {{"scalar", "0.5"}});
         std::vector<int64_t> perm(x.shape.size());
         for (size_t k = 0; k < perm.size(); ++k) perm[k] = static_cast<int64_t>(k);
@@ -208,32 +212,138 @@ class Generator {
         push(b_.op("transpose", {x.v}, {{"axes", fmt::format("({})", fmt::join(perm, ","))}}), out, x.dtype);
         return;
       }
-      default: {  // elemwise_add / elemwise_mul of two same-shape values
-        const Value& y = any_value();
-        if (y.shape != x.shape) return unary(x, "_plus_scalar", {{"scalar", scalar()}});
-        push(b_.op(pick(2) ? "elemwise_add" : "elemwise_mul", {x.v, as_dtype(y, x.dtype)}), x.shape, x.dtype);
+      default:
+        if (!registry_op(x, /*transcendental=*/false)) unary(x, "negative");
         return;
-      }
     }
   }
 
-  void transcendental_op() {
-    const Value x = values_.back();
-    switch (pick(12)) {
-      case 0: return unary(x, "exp");
-      case 1: return unary(x, "log");
-      case 2: return unary(x, "tanh");
-      case 3: return unary(x, "erf");
-      case 4: return unary(x, "Activation", {{"act_type", "sigmoid"}});
-      case 5: return unary(x, "Activation", {{"act_type", "softrelu"}});
-      case 6: return unary(x, "expm1");
-      // Library calls (ir/scalar_program.h): exact on the CPU, within CUDA's bound on a GPU.
-      case 7: return unary(x, "sin");
-      case 8: return unary(x, "arctan");
-      case 9: return unary(x, "cbrt");
-      case 10: return unary(x, "log2");
-      default: return unary(x, "log1p");
+  // The graph's one transcendental op: an op of the registry whose recipe holds one.
+  void transcendental_op(RandomGraph& out) {
+    if (!registry_op(values_.back(), /*transcendental=*/true, &out.cancels)) unary(values_.back(), "exp");
+  }
+
+  // The ops of the registry with a recipe (fuzzable_ops()), in name order: exact or not is
+  // decided per draw, from the recipe's program for the drawn attributes.
+  static const std::vector<const ir::OpDef*>& recipe_ops() {
+    static const std::vector<const ir::OpDef*> ops = [] {
+      std::vector<const ir::OpDef*> v;
+      for (const std::string& name : fuzzable_ops()) v.push_back(ir::OpRegistry::global().find(name));
+      return v;
+    }();
+    return ops;
+  }
+  // Unary recipe ops without required attributes: what _backward_elementwise differentiates.
+  static const std::vector<std::string>& plain_unary_ops() {
+    static const std::vector<std::string> ops = [] {
+      std::vector<std::string> v;
+      for (const ir::OpDef* d : recipe_ops()) {
+        const bool required =
+            std::any_of(d->attrs.begin(), d->attrs.end(), [](const ir::AttrSpec& a) { return !a.default_value; });
+        if (d->kind == ir::OpKind::elementwise && !d->num_inputs && d->inputs.size() == 1 && !required && !d->loss_head)
+          v.push_back(d->name);
+      }
+      return v;
+    }();
+    return ops;
+  }
+
+  // Attribute strings for `def`, derived from its schema: a choice of a closed set, a value
+  // of the kind's pool, a float dtype; optional attributes keep their default half the
+  // time. The few attributes whose meaning the schema cannot say are generated here.
+  std::map<std::string, std::string> random_attrs(const ir::OpDef& def) {
+    std::map<std::string, std::string> a;
+    for (const ir::AttrSpec& spec : def.attrs) {
+      if (spec.default_value && pick(2)) continue;
+      if (def.name == "_backward_elementwise" && spec.name == "fwd_op") {
+        a[spec.name] = plain_unary_ops()[pick(static_cast<int>(plain_unary_ops().size()))];
+        continue;
+      }
+      if (def.name == "_backward_elementwise" && spec.name == "wrt") {
+        a.emplace(spec.name, "0");  // (assigning a literal trips GCC 12 -Wrestrict, bug 105329)
+        continue;
+      }
+      switch (spec.kind) {
+        case ir::AttrKind::Bool: a[spec.name] = pick(2) ? "True" : "False"; break;
+        case ir::AttrKind::Int: a[spec.name] = kInts[pick(std::size(kInts))]; break;
+        case ir::AttrKind::Float: a[spec.name] = scalar(); break;
+        case ir::AttrKind::DType: a[spec.name] = std::string(ir::mxnet_dtype_name(float_dtype())); break;
+        case ir::AttrKind::String:
+          if (!spec.choices.empty()) a[spec.name] = spec.choices[pick(static_cast<int>(spec.choices.size()))];
+          break;
+        default: break;  // lists keep their default
+      }
     }
+    return a;
+  }
+
+  // One op of the registry on `x` (exact or transcendental as asked): random attributes,
+  // other data inputs from the values so far (cast to x's dtype), parameter inputs new
+  // variables of the types the op's inference asks for. Tries a few draws; false when none
+  // fits (the caller adds a simple op instead).
+  bool registry_op(const Value& x, bool transcendental, bool* cancels = nullptr) {
+    const std::vector<const ir::OpDef*>& ops = recipe_ops();
+    const ir::OpDef* drawn = ops[pick(static_cast<int>(ops.size()))];
+    for (int attempt = 0; attempt < 24; ++attempt) {
+      const ir::OpDef& def = *drawn;
+      const std::map<std::string, std::string> raw = random_attrs(def);
+      // Attributes the op refuses (parsing, or its input count: add_n's num_args < 1) are
+      // another attempt.
+      ir::Attrs attrs;
+      int n = 0, outputs = 0;
+      RecipeClass rc;
+      try {
+        attrs = ir::parse_attrs(def, raw);
+        if (!def.has_recipe(attrs)) continue;
+        n = def.input_count(attrs);
+        outputs = def.output_count(attrs);
+        rc = classify(def, attrs, n);
+      } catch (const Error&) {
+        continue;
+      }
+      if (outputs < 1) continue;
+      if (rc.transcendental != transcendental) {  // an op of the other phase: draw another
+        drawn = ops[pick(static_cast<int>(ops.size()))];
+        continue;
+      }
+      // Input 0 is x; other data inputs a value so far (later attempts: x again).
+      std::vector<std::optional<Value>> chosen(static_cast<size_t>(n));
+      ir::InferContext ctx{attrs, {}, std::vector<std::optional<ir::TensorType>>(static_cast<size_t>(outputs))};
+      for (int i = 0; i < n; ++i) {
+        const ir::InputSlot& slot = def.slot(static_cast<size_t>(i));
+        if (i > 0 && (slot.role != ir::SlotRole::data || slot.index)) {
+          ctx.inputs.push_back(std::nullopt);  // the op's inference says what it needs
+          continue;
+        }
+        const Value v = i == 0 || pick(3) == 0 ? x : any_value();
+        chosen[static_cast<size_t>(i)] = v;
+        ctx.inputs.push_back(ir::TensorType{x.dtype, v.shape});
+      }
+      try {
+        def.infer(ctx);
+      } catch (const Error&) {
+        continue;
+      }
+      const std::optional<ir::TensorType>& result = ctx.outputs.at(0);
+      if (!result || !ir::is_float(result->dtype)) continue;
+      bool typed = true;
+      for (const std::optional<ir::TensorType>& t : ctx.inputs) typed &= t.has_value();
+      if (!typed) continue;
+      std::vector<ValueRef> inputs;
+      for (int i = 0; i < n; ++i) {
+        if (const std::optional<Value>& v = chosen[static_cast<size_t>(i)]) {
+          inputs.push_back(as_dtype(*v, x.dtype));
+        } else {
+          const Shape& shape = ctx.inputs[static_cast<size_t>(i)]->shape;
+          inputs.push_back(b_.input(fmt::format("p{}", params_++), *ctx.inputs[static_cast<size_t>(i)]));
+          values_.push_back({inputs.back(), shape, ctx.inputs[static_cast<size_t>(i)]->dtype});
+        }
+      }
+      push(b_.op_multi(def.name, std::move(inputs), raw).at(0), result->shape, result->dtype);
+      if (cancels) *cancels = rc.composite;
+      return true;
+    }
+    return false;
   }
 
   // Ops after the transcendental one that keep its relative error bounded.
@@ -255,6 +365,7 @@ class Generator {
   std::vector<Value> values_;
   std::vector<ValueRef> computed_;
   std::vector<ValueRef> outputs_;
+  int params_ = 0;
 };
 
 }  // namespace

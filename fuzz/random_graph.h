@@ -2,23 +2,38 @@
 //
 // Each graph has one to three inputs of a random shape (ranks 1-4, extents such as 0, 1, 7,
 // 31 and primes; now and then 2^20+3 elements) in f32, f16 or bf16 (sometimes f64), inputs
-// that broadcast, and a chain of elementwise ops, casts, transposes, slices of inputs,
-// compares and selects; several intermediate values are graph outputs, so kernels have
-// several outputs. A graph is "exact" (only ops whose fused result must equal the
-// interpreter bit for bit) or has one transcendental op followed only by ops that keep a
-// relative error (casts, relu, clip, positive scaling), so a ULP bound applies.
+// that broadcast, and a chain of casts, transposes, slices of inputs and ops drawn from the
+// op registry: any op with a scalar recipe (fuzzable_ops()), attributes derived from its
+// schema, other data inputs taken from the values so far and parameter inputs (BatchNorm's
+// gamma, PReLU's slope) new variables of the types the op's inference asks for. Several
+// intermediate values are graph outputs, so kernels have several outputs. A graph is
+// "exact" (only ops whose recipe holds no transcendental or library call, so the fused
+// result must equal the interpreter bit for bit) or has one transcendental op followed only
+// by ops that keep a relative error (casts, relu, clip, positive scaling), so a ULP bound
+// applies.
 #pragma once
 
 #include "ir/graph.h"
 
 #include <cstdint>
+#include <string>
+#include <vector>
 
 namespace ampfuse::fuzz {
 
 struct RandomGraph {
   ir::Graph graph;             // types inferred
   bool transcendental = false;  // holds one transcendental op (compare within a ULP bound)
+  // The transcendental op's recipe does arithmetic around its call (LeakyReLU gelu, a
+  // derivative), which may cancel: compare within a bound relative to the output's largest
+  // |value| where the ULP bound fails.
+  bool cancels = false;
 };
+
+// The ops the generator draws: every op of the registry with a scalar recipe (sorted), so an
+// op is fuzzed the day it is registered. tests/fusion_fuzz_test.cpp checks that CI's fixed
+// seeds draw each of them.
+std::vector<std::string> fuzzable_ops();
 
 // The graph for `seed`: the same seed gives the same graph on every platform.
 RandomGraph random_fusable_graph(uint64_t seed);

@@ -1,6 +1,7 @@
 #include "ir/attrs.h"
 
 #include "ir/error.h"
+#include "ir/text_lexer.h"
 
 #include <cctype>
 #include <charconv>
@@ -109,7 +110,8 @@ AttrValue parse_mxnet_attr(const AttrSpec& spec, std::string_view text) {
         if (!spec.choices.empty()) {
           bool ok = false;
           for (const auto& c : spec.choices) ok = ok || c == s;
-          if (!ok) fail("attribute '{}': '{}' is not one of {}", spec.name, s, fmt::join(spec.choices, ", "));
+          if (!ok)
+            fail("attribute '{}': '{}' is not one of {}", spec.name, text::escaped(s), fmt::join(spec.choices, ", "));
         }
         return s;
       }

@@ -40,7 +40,9 @@ Attrs custom_op_attrs(const CustomOpDef& def, const Attrs& node_attrs) {
   Attrs typed;
   for (const auto& [name, value] : node_attrs.values()) {
     if (name == "op_type") continue;
-    auto spec = std::find_if(def.attrs.begin(), def.attrs.end(), [&](const AttrSpec& s) { return s.name == name; });
+    // [&name = name]: clang before 16 cannot capture a structured binding (fuzz/CMakeLists.txt).
+    auto spec =
+        std::find_if(def.attrs.begin(), def.attrs.end(), [&name = name](const AttrSpec& s) { return s.name == name; });
     if (spec == def.attrs.end()) fail("Custom op_type '{}' has no attribute '{}'", def.op_type, name);
     // Imported nodes hold MXNet's strings; a node built in C++ may already hold the value.
     if (const auto* text = std::get_if<std::string>(&value); text && spec->kind != AttrKind::String)

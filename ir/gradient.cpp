@@ -157,7 +157,17 @@ void register_gradient_ops(OpRegistry& r) {
     const size_t n = ctx.inputs.size();
     if (wrt < 0 || static_cast<size_t>(wrt) + 1 >= n) fail("wrt={} is not an input of the forward op", wrt);
     for (size_t i = 0; i < n; ++i) ctx.in(i);
-    ctx.outputs[0] = TensorType{ctx.in(static_cast<size_t>(wrt)).dtype, ctx.in(n - 1).shape};
+    // The forward inputs broadcast (in the forward op's views) to the output, whose shape
+    // the out-gradient has; inference catches a graph where they do not, before a kernel
+    // or the interpreter meets it (found by the differential fuzzer, which draws this op).
+    Attrs fa;
+    const OpDef& fwd = backward_elementwise_forward(ctx.attrs, &fa);
+    const Shape& out = ctx.in(n - 1).shape;
+    for (size_t i = 0; i + 1 < n; ++i)
+      if (!broadcasts_to(broadcast_view_of(fwd, fa, i, ctx.in(i).shape, out), out))
+        fail("input {} has shape {}, which does not broadcast to the out-gradient's shape {}", i,
+             shape_str(ctx.in(i).shape), shape_str(out));
+    ctx.outputs[0] = TensorType{ctx.in(static_cast<size_t>(wrt)).dtype, out};
   };
   d.recipe = [](ScalarBuilder& b, const Attrs& a) -> std::vector<ScalarBuilder::Val> {
     Attrs fa;

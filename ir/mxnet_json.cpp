@@ -14,6 +14,7 @@
 #include "ir/mxnet_hidden_keys.h"
 #include "ir/mxnet_type_flags.h"
 #include "ir/op_registry.h"
+#include "ir/text_lexer.h"
 #include "ir/type_inference.h"
 
 #include <nlohmann/json.hpp>
@@ -519,7 +520,12 @@ Graph import_mxnet_json(std::string_view json_text, std::string_view source_name
   // which sends the user looking for a truncated file instead of a binary one.
   if (const size_t nul = json_text.find('\0'); nul != std::string_view::npos)
     fail("{}: a NUL byte at offset {}: a symbol file is JSON text", source_name, nul);
-  return Importer(source_name, opts).run(json_text);
+  try {
+    return Importer(source_name, opts).run(json_text);
+  } catch (const Error& e) {
+    // Node names, op names and values from the file may hold line breaks (JSON's "\n").
+    throw Error(text::one_line(e.what()));
+  }
 }
 
 Graph load_mxnet_json_file(const std::string& path, const MxnetImportOptions& opts) {

@@ -2,6 +2,7 @@
 
 #include "ir/error.h"
 #include "ir/ops/contrib_detection.h"
+#include "ir/text_lexer.h"
 
 #include <algorithm>
 
@@ -186,7 +187,8 @@ Attrs complete_attrs(const OpDef& def, Attrs given) {
       fail("attribute '{}' of {} must be {}, not {}", name, def.name, attr_kind_name(spec->kind), format_ir_attr(v));
     if (const auto* s = std::get_if<std::string>(&v); s && !spec->choices.empty() &&
         std::find(spec->choices.begin(), spec->choices.end(), *s) == spec->choices.end())
-      fail("attribute '{}' of {}: '{}' is not one of {}", name, def.name, *s, fmt::join(spec->choices, ", "));
+      fail("attribute '{}' of {}: '{}' is not one of {}", name, def.name, text::escaped(*s),
+           fmt::join(spec->choices, ", "));
     given.set(name, std::move(v));
   }
   for (const auto& spec : def.attrs) {

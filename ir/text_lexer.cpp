@@ -188,8 +188,8 @@ bool is_bare_name(std::string_view name) {
   return true;
 }
 
-std::string quote(std::string_view s) {
-  std::string out = "\"";
+std::string escaped(std::string_view s) {
+  std::string out;
   for (char c : s) {
     const auto u = static_cast<unsigned char>(c);
     switch (c) {
@@ -203,7 +203,18 @@ std::string quote(std::string_view s) {
         else out += c;
     }
   }
-  return out + "\"";
+  return out;
 }
+
+std::string one_line(std::string_view message) {
+  std::string out;
+  for (char c : message) {
+    if (const auto u = static_cast<unsigned char>(c); u < 0x20 || u == 0x7f) out += escaped(std::string_view(&c, 1));
+    else out += c;
+  }
+  return out;
+}
+
+std::string quote(std::string_view s) { return "\"" + escaped(s) + "\""; }
 
 }  // namespace ampfuse::ir::text

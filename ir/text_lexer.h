@@ -33,5 +33,11 @@ bool is_bare_name(std::string_view name);
 // A double-quoted string that tokenize() reads back to `s`: escapes '"', '\\' and control
 // characters (\n \t \r, else \xHH); other bytes, UTF-8 included, stay as they are.
 std::string quote(std::string_view s);
+// quote(s) without the quotes: for a name or value from a file inside a one-line message.
+std::string escaped(std::string_view s);
+// `message` with its control characters escaped as quote() does (quotes and backslashes
+// kept): what a parser's error becomes, so that a name or value from a corrupt file cannot
+// split the one line an error is (the fuzzers check every rejection for this).
+std::string one_line(std::string_view message);
 
 }  // namespace ampfuse::ir::text

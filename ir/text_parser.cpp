@@ -333,7 +333,12 @@ Graph parse_graph(std::string_view text, std::string_view source_name) {
 }
 
 Graph parse_graph(std::string_view text, std::string_view source_name, const OpRegistry& ops) {
-  return Parser(text, source_name, ops).run();
+  try {
+    return Parser(text, source_name, ops).run();
+  } catch (const Error& e) {
+    // Quoted names and string values may hold line breaks (%"a\nb", "re\nlu").
+    throw Error(text::one_line(e.what()));
+  }
 }
 
 }  // namespace ampfuse::ir

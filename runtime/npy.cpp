@@ -179,23 +179,27 @@ struct Header {
 // '<' and '=' (native, little-endian here) for every type; '|' ("not applicable") and
 // '<' for one-byte types, as numpy writes '|i1'.
 DType parse_descr(const std::string& descr) {
-  if (descr.size() < 3) fail("unsupported dtype '{}'", descr);
+  // Messages show the descr escaped: a corrupt one may hold line breaks (an error is one line).
+  const std::string shown = printable(descr);
+  if (descr.size() < 3) fail("unsupported dtype '{}'", shown);
   const char order = descr[0];
   const char kind = descr[1];
   int size = 0;
   for (char c : std::string_view(descr).substr(2)) {
-    if (c < '0' || c > '9' || size > 1000) fail("unsupported dtype '{}'", descr);
+    if (c < '0' || c > '9' || size > 1000) fail("unsupported dtype '{}'", shown);
     size = size * 10 + (c - '0');
   }
   if (order == '>')
-    fail("big-endian data ('{}') is not supported; convert it with arr.astype('<{}{}')", descr, kind, size);
-  if (order != '<' && order != '=' && order != '|') fail("unsupported dtype '{}' (byte order '{}')", descr, order);
+    fail("big-endian data ('{}') is not supported; convert it with arr.astype('<{}{}')", shown,
+         printable(std::string_view(&kind, 1)), size);
+  if (order != '<' && order != '=' && order != '|')
+    fail("unsupported dtype '{}' (byte order '{}')", shown, printable(std::string_view(&order, 1)));
   for (const NpyType& t : kTypes) {
     if (t.kind != kind || t.size != size) continue;
-    if (order == '|' && size != 1) fail("dtype '{}': byte order '|' is only for one-byte types", descr);
+    if (order == '|' && size != 1) fail("dtype '{}': byte order '|' is only for one-byte types", shown);
     return t.dtype;
   }
-  fail("unsupported dtype '{}' (supported: <f2 <f4 <f8 |i1 |u1 <i4 <i8 |b1)", descr);
+  fail("unsupported dtype '{}' (supported: <f2 <f4 <f8 |i1 |u1 <i4 <i8 |b1)", shown);
 }
 
 Header parse_header(std::string_view text) {
@@ -303,6 +307,10 @@ Tensor read_npy(const std::string& path) {
   uint64_t size = 0;
   std::ifstream in = ir::open_regular_file(path, &size);
   return with_context(path, [&] { return read_npy_stream(in, size); });
+}
+
+Tensor read_npy(std::istream& in, uint64_t size, const std::string& source) {
+  return with_context(source, [&] { return read_npy_stream(in, size); });
 }
 
 void write_npy(const std::string& path, const Tensor& t) {

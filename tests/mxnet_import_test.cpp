@@ -326,6 +326,10 @@ INSTANTIATE_TEST_SUITE_P(
         ErrorCase{"err_attr_conflict.json",
                   "node 1 'act' (Activation): attribute 'act_type' is given twice, as 'tanh' and as 'relu' (in \"param\")"},
         ErrorCase{"err_unknown_op.json", "node 2 'mystery' (NoSuchOp): ", false, "unknown op 'NoSuchOp'"},
+        // Found by the fuzzer (fuzz/corpus/mxnet_json/regression_op_name_line_break.json): names
+        // from the file holding line breaks made the error several lines; they are escaped.
+        ErrorCase{"err_line_break_in_names.json", "node 2 'my\\rstery' (No\\nSuchOp): ", false,
+                  "unknown op 'No\\nSuchOp'"},
         // The unknown op at node 1 does not get a word in: INT8 is refused first, once.
         ErrorCase{"err_int8.json",
                   "INT8 quantized graphs are not supported: node 2 'data_quantize' uses _contrib_quantize_v2"},

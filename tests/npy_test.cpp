@@ -194,6 +194,11 @@ TEST(NpyTest, RejectsWhatItCannotRepresentNamingTheFile) {
   EXPECT_ERROR(read_header("{'descr': '<f4', 'fortran_order': False, 'shape': (2,"), "malformed header");
   EXPECT_ERROR(read_header("{'descr': '<f4', 'fortran_order': False, 'shape': (3037000500, 3037000500), }"),
                "more than 2^63 elements");
+  // Found by the fuzzer (fuzz/corpus/npy/regression_descr_line_break.npy): a descr holding a
+  // line break, which the message printed raw, so the error was two lines.
+  EXPECT_ERROR(read_header("{'descr': '|b\r\xff" "2', 'fortran_order': False, 'shape': (2,), }"),
+               "unsupported dtype '|b\\x0d\\xff2'");
+  EXPECT_ERROR(read_header("{'descr': '\rf4', 'fortran_order': False, 'shape': (2,), }"), "(byte order '\\x0d')");
 }
 
 TEST(NpyTest, RejectsCorruptFilesNamingTheFile) {

@@ -322,6 +322,11 @@ TEST(TextFormatTest, AttributesAreCheckedAgainstTheSchema) {
   EXPECT_EQ(parse_error(head + "{act_type=\"relux\"}  return %a }"),
             "<text>:1:30: node 'a' (Activation): attribute 'act_type' of Activation: 'relux' is not one of relu, "
             "sigmoid, tanh, softrelu, softsign, log_sigmoid, mish");
+  // Found by the fuzzer (fuzz/corpus/text_ir/regression_choice_line_break.ir): a value with a
+  // line break was printed raw, so the error took two lines.
+  EXPECT_EQ(parse_error(head + "{act_type=\"re\\nlu\"}  return %a }"),
+            "<text>:1:30: node 'a' (Activation): attribute 'act_type' of Activation: 're\\nlu' is not one of relu, "
+            "sigmoid, tanh, softrelu, softsign, log_sigmoid, mish");
   EXPECT_EQ(parse_error(head + "{act_type=3}  return %a }"),
             "<text>:1:30: node 'a' (Activation): attribute 'act_type' of Activation must be string, not 3");
   EXPECT_EQ(parse_error(head + "{act_type=\"relu\", slope=1}  return %a }"),

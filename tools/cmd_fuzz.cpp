@@ -49,7 +49,7 @@ int run_fuzz(const FuzzOptions& o) {
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   fmt::print("{} {}graphs (seeds {}-{}), {} kernels, {} fused ops, {} failed{}, {:.1f} s\n", o.count,
              o.backward ? "backward " : "", o.seed, o.seed + o.count - 1, kernels, nodes, failures,
-             skipped ? fmt::format(", {} without a float input (skipped)", skipped) : "", s);
+             skipped ? fmt::format(", {} skipped (no float input, or an op without a gradient)", skipped) : "", s);
   return failures ? 1 : 0;
 }
 

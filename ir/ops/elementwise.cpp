@@ -182,7 +182,9 @@ void register_unary(OpRegistry& r) {
     OpDef d = elementwise_op(name, data_slot(), kFp32InBf16);
     d.ignored_attrs = {"dtype"};
     d.infer = infer_like_input;
-    d.recipe = [value](ScalarBuilder& b, const Attrs&) -> std::vector<Val> { return {b.constant(value)}; };
+    // An init-capture, not [value]: clang before 16 cannot capture a structured binding
+    // (the libFuzzer build, fuzz/CMakeLists.txt, compiles ir/ with Debian's clang 14).
+    d.recipe = [c = value](ScalarBuilder& b, const Attrs&) -> std::vector<Val> { return {b.constant(c)}; };
     r.add(std::move(d));
   }
 

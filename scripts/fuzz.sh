@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# `make fuzz` (scripts/fuzz.sh BUILD FUZZ_BUILD): the long fuzzing runs, on demand, not part
+# of `make test`.
+#  1. The parser targets (fuzz/targets/) under libFuzzer + ASan + UBSan, built with Debian's
+#     clang 14 in their own build directory (fuzz/CMakeLists.txt), FUZZ_RUNS executions each
+#     (default 1000000), one target at a time. Each starts from its seed corpus
+#     (fuzz/corpus/<target>/, read only) and keeps what it learns in $FUZZ_BUILD/corpus/<target>;
+#     a finding stops the run and leaves crash-*/timeout-*/oom-* in $FUZZ_BUILD/artifacts.
+#  2. The differential fuzzer: `ampfuse fuzz` over FUZZ_GRAPHS random graphs (default
+#     1000000) from seed FUZZ_SEED (default 2001, past CI's fixed seeds 1-2000).
+# FUZZ_TARGETS picks targets (default all four); FUZZ_GRAPHS=0 skips step 2.
+set -euo pipefail
+
+# Arguments: the main build directory (with the ampfuse program) and the libFuzzer one.
+BUILD=$1
+FUZZ_BUILD=$2
+FUZZ_RUNS=${FUZZ_RUNS:-1000000}
+FUZZ_GRAPHS=${FUZZ_GRAPHS:-1000000}
+FUZZ_SEED=${FUZZ_SEED:-2001}
+FUZZ_TARGETS=${FUZZ_TARGETS:-mxnet_json text_ir npy mxnet_params}
+
+# clang 14 and its libFuzzer runtime, installed here rather than by scripts/setup.sh: the
+# main build and `make test` use g++ and need neither.
+missing=()
+for p in clang-14 libclang-rt-14-dev; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "fuzz: installing ${missing[*]}"
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+CXX=clang++-14 cmake -S fuzz -B "$FUZZ_BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --build "$FUZZ_BUILD" -j "$(nproc)"
+
+mkdir -p "$FUZZ_BUILD/artifacts"
+for t in $FUZZ_TARGETS; do
+  mkdir -p "$FUZZ_BUILD/corpus/$t"
+  echo "fuzz: $t, $FUZZ_RUNS executions"
+  # -max_len: room for the larger seeds (model JSON up to ~70 KB) without making every
+  # mutation that big; -timeout: a parse taking over 10 s is a hang.
+  log="$FUZZ_BUILD/$t.log"
+  if ! "$FUZZ_BUILD/fuzz_$t" -runs="$FUZZ_RUNS" -max_len=80000 -timeout=10 -rss_limit_mb=4096 \
+      -artifact_prefix="$FUZZ_BUILD/artifacts/$t-" -print_final_stats=1 \
+      "$FUZZ_BUILD/corpus/$t" "fuzz/corpus/$t" >"$log" 2>&1; then
+    tail -n 60 "$log"
+    echo "fuzz: $t found something (input in $FUZZ_BUILD/artifacts/, log $log)"
+    exit 1
+  fi
+  grep -E '^stat::(number_of_executed_units|average_exec_per_sec|peak_rss_mb)' "$log"
+done
+
+if [ "$FUZZ_GRAPHS" -gt 0 ]; then
+  echo "fuzz: $FUZZ_GRAPHS random graphs from seed $FUZZ_SEED"
+  "./$BUILD/ampfuse" fuzz --seed "$FUZZ_SEED" --count "$FUZZ_GRAPHS"
+fi
