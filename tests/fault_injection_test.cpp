@@ -84,7 +84,7 @@ TEST(FaultInjection, MalformedSwitchIsAnErrorQuotingIt) {
 
 TEST(FaultInjection, CompileFaultStrictIsAnErrorNamingTheKernelAndNode) {
   const ir::Graph g = small_model();
-  KernelCache cache;  // its own, so that every kernel is compiled here and not found
+  KernelCache cache(nullptr);  // its own, without the disk cache: every kernel is compiled here
   ExecutorOptions opts;
   opts.cache = &cache;
   opts.strict = true;
@@ -104,7 +104,8 @@ TEST(FaultInjection, CompileFaultStrictIsAnErrorNamingTheKernelAndNode) {
 
 TEST(FaultInjection, CompileFaultFallsBackToTheInterpreterWithOneWarningEach) {
   const ir::Graph g = small_model();
-  KernelCache first_cache, cache;  // each compile below finds none of its kernels cached
+  // Without the disk cache: each compile below finds none of its kernels cached.
+  KernelCache first_cache(nullptr), cache(nullptr);
   ExecutorOptions opts;
   opts.cache = &first_cache;
   opts.strict = false;
