@@ -72,12 +72,25 @@ ir::DType node_compute_type(const Graph& g, int32_t n) {
   return ir::compute_type(dtypes);
 }
 
+namespace {
+
+// A "step" list with a negative entry (None, ir::kNoneIndex, means 1).
+bool has_negative_step(const ir::Attrs& attrs) {
+  if (!attrs.has("step")) return false;
+  const std::vector<int64_t>& steps = attrs.get_ints("step");
+  return std::any_of(steps.begin(), steps.end(), [](int64_t s) { return s < 0 && s != ir::kNoneIndex; });
+}
+
+}  // namespace
+
 FusionRole fusion_role(const Node& n) {
   const ir::OpDef& def = ir::OpRegistry::global().get(n.op);
   if (def.kind == ir::OpKind::view) return FusionRole::view;
   if (!def.fusable) return FusionRole::external;
   if (def.has_recipe(n.attrs)) return FusionRole::elementwise;
-  if (def.remap_access) return FusionRole::remap;
+  // A negative step (slice) reads backwards: a negative stride, which the kernel generators
+  // do not take (codegen/kernel_spec.cpp), so such a slice runs as an external step.
+  if (def.remap_access) return has_negative_step(n.attrs) ? FusionRole::external : FusionRole::remap;
   return FusionRole::external;
 }
 
