@@ -53,16 +53,21 @@ std::vector<int64_t> row_major_strides(const Shape& shape) {
   return strides;
 }
 
-// Copies the elements of a strided source, in row-major order, to dense `dst`.
-template <class T>
-void gather(const std::byte* src, const Shape& shape, const std::vector<int64_t>& strides, int64_t count,
-            std::byte* dst) {
+// Copies `count` elements between a strided buffer and a dense one, in row-major order:
+// Direction::gather reads strided `src` into dense `dst`, Direction::scatter the reverse.
+enum class Direction { gather, scatter };
+template <class T, Direction kDirection>
+void strided_copy(const std::byte* src, const Shape& shape, const std::vector<int64_t>& strides, int64_t count,
+                  std::byte* dst) {
   const T* from = reinterpret_cast<const T*>(src);
   T* to = reinterpret_cast<T*>(dst);
   std::vector<int64_t> index(shape.size(), 0);
   int64_t offset = 0;
   for (int64_t i = 0; i < count; ++i) {
-    to[i] = from[offset];
+    if constexpr (kDirection == Direction::gather)
+      to[i] = from[offset];
+    else
+      to[offset] = from[i];
     for (size_t d = shape.size(); d-- > 0;) {  // next index, last dimension fastest
       offset += strides[d];
       if (++index[d] < shape[d]) break;
@@ -72,22 +77,16 @@ void gather(const std::byte* src, const Shape& shape, const std::vector<int64_t>
   }
 }
 
-// The reverse of gather: dense elements in row-major order to their strided places.
-template <class T>
-void scatter(const std::byte* src, const Shape& shape, const std::vector<int64_t>& strides, int64_t count,
-             std::byte* dst) {
-  const T* from = reinterpret_cast<const T*>(src);
-  T* to = reinterpret_cast<T*>(dst);
-  std::vector<int64_t> index(shape.size(), 0);
-  int64_t offset = 0;
-  for (int64_t i = 0; i < count; ++i) {
-    to[offset] = from[i];
-    for (size_t d = shape.size(); d-- > 0;) {
-      offset += strides[d];
-      if (++index[d] < shape[d]) break;
-      offset -= strides[d] * shape[d];
-      index[d] = 0;
-    }
+// strided_copy for an element size.
+template <Direction kDirection>
+void strided_copy(size_t element_size, const std::byte* src, const Shape& shape, const std::vector<int64_t>& strides,
+                  int64_t count, std::byte* dst) {
+  switch (element_size) {
+    case 1: strided_copy<uint8_t, kDirection>(src, shape, strides, count, dst); break;
+    case 2: strided_copy<uint16_t, kDirection>(src, shape, strides, count, dst); break;
+    case 4: strided_copy<uint32_t, kDirection>(src, shape, strides, count, dst); break;
+    case 8: strided_copy<uint64_t, kDirection>(src, shape, strides, count, dst); break;
+    default: fail("no strided copy for {}-byte elements", element_size);
   }
 }
 
@@ -252,14 +251,7 @@ Tensor Tensor::clone() const {
     if (bytes()) std::memcpy(t.raw(), raw(), bytes());
     return t;
   }
-  std::byte* to = t.data_.get();
-  switch (ir::dtype_size(dtype())) {
-    case 1: gather<uint8_t>(data_.get(), shape(), strides_, size_, to); break;
-    case 2: gather<uint16_t>(data_.get(), shape(), strides_, size_, to); break;
-    case 4: gather<uint32_t>(data_.get(), shape(), strides_, size_, to); break;
-    case 8: gather<uint64_t>(data_.get(), shape(), strides_, size_, to); break;
-    default: fail("no strided copy for {}-byte elements", ir::dtype_size(dtype()));
-  }
+  strided_copy<Direction::gather>(ir::dtype_size(dtype()), data_.get(), shape(), strides_, size_, t.data_.get());
   return t;
 }
 
@@ -271,14 +263,7 @@ void Tensor::copy_from(const Tensor& from) {
     if (bytes()) std::memcpy(data_.get(), src, bytes());
     return;
   }
-  std::byte* to = data_.get();
-  switch (ir::dtype_size(dtype())) {
-    case 1: scatter<uint8_t>(src, shape(), strides_, size_, to); break;
-    case 2: scatter<uint16_t>(src, shape(), strides_, size_, to); break;
-    case 4: scatter<uint32_t>(src, shape(), strides_, size_, to); break;
-    case 8: scatter<uint64_t>(src, shape(), strides_, size_, to); break;
-    default: fail("no strided copy for {}-byte elements", ir::dtype_size(dtype()));
-  }
+  strided_copy<Direction::scatter>(ir::dtype_size(dtype()), src, shape(), strides_, size_, data_.get());
 }
 
 Tensor Tensor::contiguous() const { return is_contiguous() ? *this : clone(); }
