@@ -14,8 +14,18 @@ import warnings
 
 import numpy as np
 
-from ._ampfuse import Error, __version__
-from . import _ampfuse
+try:
+    from . import _ampfuse
+except ImportError as _e:  # a build with the MXNet backend only: ampfuse.mxnet needs no more
+    _ampfuse = None
+    _native_missing = str(_e)
+
+    class Error(RuntimeError):
+        """An ampfuse error (the native module's own class when it is there)."""
+
+    __version__ = "unknown"
+else:
+    from ._ampfuse import Error, __version__
 
 __all__ = ["Error", "Model", "load", "convert", "__version__"]
 
@@ -23,6 +33,14 @@ try:  # bfloat16 arrays: optional, needed only for bf16 inputs and outputs
     import ml_dtypes as _ml_dtypes
 except ImportError:  # pragma: no cover - ml_dtypes is in every environment the tests use
     _ml_dtypes = None
+
+
+def _native():
+    """The native module, or an ImportError that says how to get it."""
+    if _ampfuse is None:
+        raise ImportError("ampfuse's native module ampfuse._ampfuse is not built here (pip install ., or "
+                          f"-DAMPFUSE_BUILD_PYTHON=ON): {_native_missing}")
+    return _ampfuse
 
 
 def _source(symbol_json):
@@ -172,6 +190,7 @@ def load(symbol_json=None, params=None, *, shapes=None, amp=None, fuse=True, fol
     fold_bn (--no-fold-bn), device ("cpu", "cuda", "cuda-emulated"), cast_params_offline,
     lp16_ops, fp32_ops, widest_ops, neutral_ops, exclude, cast_narrow, layout ("nhwc");
     constant_params=False recomputes what depends on the weights on every run."""
+    _native()
     o = _options(amp, fuse, fold_bn, device, cast_params_offline, constant_params, seed, lp16_ops, fp32_ops,
                  widest_ops, neutral_ops, exclude, cast_narrow, layout)
     native = _ampfuse.Model(_source(symbol_json), _params(params), _shapes(shapes), o)
@@ -182,6 +201,7 @@ def convert(symbol_json, amp="bf16", *, params=None, shapes=None, cast_params_of
             fp32_ops=(), widest_ops=(), neutral_ops=(), exclude=(), cast_narrow=False, layout=None):
     """The model converted for AMP as MXNet symbol JSON text, as `ampfuse convert` writes it.
     `params` (path or dict) are checked against the model, as `convert --params` does."""
+    _native()
     o = _options(amp, True, True, "cpu", cast_params_offline, True, 0, lp16_ops, fp32_ops, widest_ops,
                  neutral_ops, exclude, cast_narrow, layout)
     return _ampfuse.convert(_source(symbol_json), _params(params), _shapes(shapes), o)

@@ -157,3 +157,26 @@ def test_example_runs_through_ampfuse():
     lines = out.stdout.split("\n")
     assert lines[0] == "MXNET_AMP_FUSE=1: backend ampfuse, 1 ampfuse region(s)"
     assert float(lines[1].rsplit(" ", 1)[1]) <= 5e-2
+
+
+def test_backend_needs_no_native_module(tmp_path):
+    # A build with the MXNet backend only (README, "MXNet users": no -DAMPFUSE_BUILD_PYTHON):
+    # the package's sources without ampfuse._ampfuse still give ampfuse.mxnet, and load()
+    # says what is missing.
+    sources = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "python", "ampfuse")
+    package = tmp_path / "ampfuse"
+    package.mkdir()
+    for name in os.listdir(sources):
+        if name.endswith(".py"):
+            (package / name).write_text(open(os.path.join(sources, name)).read())
+    script = textwrap.dedent("""
+        import ampfuse.mxnet, ampfuse
+        try:
+            ampfuse.load()
+        except ImportError as e:
+            print("load:", str(e).split(" (")[0])
+    """)
+    env = dict(os.environ, PYTHONPATH=str(tmp_path))
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "load: ampfuse's native module ampfuse._ampfuse is not built here" in out.stdout
