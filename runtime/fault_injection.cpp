@@ -101,8 +101,9 @@ struct ScopedFault::Saved {
   std::optional<Config> config;
 };
 
-ScopedFault::ScopedFault(const std::string& spec) : saved_(new Saved) {
-  Config c = parse(spec);  // throws before anything changes
+ScopedFault::ScopedFault(const std::string& spec) {
+  Config c = parse(spec);  // throws before anything changes (or is allocated)
+  saved_ = new Saved;
   std::lock_guard lock(g_mutex);
   saved_->config = g_config;
   install(std::move(c));

@@ -49,7 +49,7 @@ class ScopedFault {
 
  private:
   struct Saved;
-  Saved* saved_;
+  Saved* saved_ = nullptr;
 };
 
 }  // namespace ampfuse::runtime
