@@ -62,6 +62,15 @@ bool keeps_row_major_order(const AccessMap& map, const ir::Shape& shape) {
   return true;
 }
 
+namespace {
+
+// No tensor dimension is walked backwards (every scale >= 0).
+bool reads_forward(const AccessMap& map) {
+  return std::none_of(map.scale.begin(), map.scale.end(), [](int64_t s) { return s < 0; });
+}
+
+}  // namespace
+
 ir::DType node_compute_type(const Graph& g, int32_t n) {
   const Node& node = g.nodes[n];
   std::vector<ir::DType> dtypes;
@@ -72,25 +81,12 @@ ir::DType node_compute_type(const Graph& g, int32_t n) {
   return ir::compute_type(dtypes);
 }
 
-namespace {
-
-// A "step" list with a negative entry (None, ir::kNoneIndex, means 1).
-bool has_negative_step(const ir::Attrs& attrs) {
-  if (!attrs.has("step")) return false;
-  const std::vector<int64_t>& steps = attrs.get_ints("step");
-  return std::any_of(steps.begin(), steps.end(), [](int64_t s) { return s < 0 && s != ir::kNoneIndex; });
-}
-
-}  // namespace
-
 FusionRole fusion_role(const Node& n) {
   const ir::OpDef& def = ir::OpRegistry::global().get(n.op);
   if (def.kind == ir::OpKind::view) return FusionRole::view;
   if (!def.fusable) return FusionRole::external;
   if (def.has_recipe(n.attrs)) return FusionRole::elementwise;
-  // A negative step (slice) reads backwards: a negative stride, which the kernel generators
-  // do not take (codegen/kernel_spec.cpp), so such a slice runs as an external step.
-  if (def.remap_access) return has_negative_step(n.attrs) ? FusionRole::external : FusionRole::remap;
+  if (def.remap_access) return FusionRole::remap;
   return FusionRole::external;
 }
 
@@ -199,7 +195,10 @@ class Planner {
       // A remap of 64-bit integers would pass through the f64 compute type and lose bits
       // above 2^53: such a node runs as an external op.
       const bool exact_remap = role != FusionRole::remap || node.outputs[0].dtype != ir::DType::i64;
-      if ((role == FusionRole::elementwise || role == FusionRole::remap) && exact_remap) {
+      // A remap that reads backwards (a slice with a negative step) would be a negative stride,
+      // which the kernel generators refuse (codegen/kernel_spec.cpp): external too.
+      const bool forward_remap = role != FusionRole::remap || reads_forward(input_access(g_, n, 0));
+      if ((role == FusionRole::elementwise || role == FusionRole::remap) && exact_remap && forward_remap) {
         const KernelWork work = node_work(g_, n);
         if (!opts_.fuse || !try_join(n, work)) start_group(n, work);
       } else {
