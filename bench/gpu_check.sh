@@ -84,6 +84,28 @@ if [ -f "$RESNET" ]; then
 else
   echo "| run_resnet20 | skipped: $RESNET not here | | |" >>"$SUMMARY"
 fi
+# CUBINs from the disk kernel cache (runtime/disk_cache.h): a new process on an empty cache
+# directory compiles with NVRTC and stores the CUBINs; a second new process must load every
+# kernel from disk, run it on the GPU and give the same outputs, bit for bit.
+CACHE="$OUT/kernel-cache"
+rm -rf "$CACHE" "$OUT/disk_cold" "$OUT/disk_warm"
+disk_run() {  # NAME: one process on $CACHE, its JSON report in $OUT/NAME.json
+  AMPFUSE_CACHE_DIR="$CACHE" "$BUILD/ampfuse" run --device cuda --shape data=8,3,32,32 --no-baseline --repeat 3 --json \
+    --save-outputs "$OUT/$1" >"$OUT/$1.json"
+}
+disk_check() {
+  disk_run disk_cold && disk_run disk_warm || return 1
+  local field
+  for field in kernels_cold kernels_disk compile_cold_ms; do
+    echo "$field: cold process $(grep -o "\"$field\": *[0-9.]*" "$OUT/disk_cold.json" | grep -o '[0-9.]*$')," \
+      "warm process $(grep -o "\"$field\": *[0-9.]*" "$OUT/disk_warm.json" | grep -o '[0-9.]*$')"
+  done
+  grep -q '"kernels_cold": *0[,}]' "$OUT/disk_warm.json" || { echo "the warm process compiled kernels"; return 1; }
+  grep -q '"kernels_disk": *[1-9]' "$OUT/disk_warm.json" || { echo "the warm process loaded nothing from disk"; return 1; }
+  diff -r "$OUT/disk_cold" "$OUT/disk_warm" && echo "outputs identical"
+}
+export OUT BUILD CACHE
+step disk_cache 60 bash -c "$(declare -f disk_run disk_check); disk_check"
 step bandwidth 40 "$BUILD/ampfuse_cuda_bandwidth" "$OUT/bandwidth.csv"
 {
   echo
@@ -93,7 +115,7 @@ step bandwidth 40 "$BUILD/ampfuse_cuda_bandwidth" "$OUT/bandwidth.csv"
   cat "$OUT/bandwidth.log"
   echo '```'
   echo
-  for r in run_default run_default_bf16 run_resnet20; do
+  for r in run_default run_default_bf16 run_resnet20 disk_cache; do
     [ -f "$OUT/$r.log" ] || continue
     echo "## $r"
     echo

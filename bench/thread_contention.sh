@@ -4,7 +4,8 @@
 # 1, beside no load, two busy-looping processes, and another `ampfuse run` (cifar_resnet20
 # at batch 32: an OpenMP job of its own, spinning threads included), each with OpenMP's
 # default wait policy and with OMP_WAIT_POLICY=passive. Prints one line per case: load,
-# policy, model, median latency of `ampfuse run --repeat 50`.
+# policy, model, median latency of `ampfuse run --repeat 50`, and how many of the 50 runs
+# went solo (runtime/team_policy.h; binaries from before it print no count).
 #
 #   bench/thread_contention.sh [path/to/ampfuse]   (default build/ampfuse)
 set -euo pipefail
@@ -19,7 +20,7 @@ latency() {  # POLICY ARGS...: the median latency in ms of `ampfuse run ARGS...`
   local env=()
   [ "$policy" = passive ] && env=(OMP_WAIT_POLICY=passive)
   env "${env[@]}" "$AMPFUSE" run "$@" --no-baseline --repeat 50 --json |
-    python3 -c 'import json,sys; print("%.2f" % json.load(sys.stdin)["run_ms"])'
+    python3 -c 'import json,sys; r=json.load(sys.stdin); print("%.2f ms" % r["run_ms"] + ("  %2d solo" % r["solo_runs"] if "solo_runs" in r else ""))'
 }
 
 load=()
@@ -36,7 +37,7 @@ for kind in none busy-loops ampfuse-job; do
   esac
   sleep 2
   for policy in default passive; do
-    printf 'load %-11s %-8s default model  %8s ms\n' "$kind" "$policy" "$(latency "$policy")"
-    printf 'load %-11s %-8s cifar_resnet20 %8s ms\n' "$kind" "$policy" "$(latency "$policy" "$CIFAR" --shape data=1,3,32,32)"
+    printf 'load %-11s %-8s default model  %s\n' "$kind" "$policy" "$(latency "$policy")"
+    printf 'load %-11s %-8s cifar_resnet20 %s\n' "$kind" "$policy" "$(latency "$policy" "$CIFAR" --shape data=1,3,32,32)"
   done
 done

@@ -1,6 +1,7 @@
 #include "runtime/thread_pool.h"
 
 #include "ir/error.h"
+#include "runtime/team_policy.h"
 
 #include <omp.h>
 
@@ -37,11 +38,13 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
   chunk = (chunk + align - 1) / align * align;
   const int64_t count = (n + chunk - 1) / chunk;
   // Inside a parallel region a nested one would get a team of one anyway (OpenMP's default
-  // of one active level); run inline without the region's overhead.
-  if (count <= 1 || omp_in_parallel()) {
+  // of one active level); run inline without the region's overhead. So does a run that goes
+  // solo because its teams waited for cores (runtime/team_policy.h).
+  if (count <= 1 || omp_in_parallel() || run_solo()) {
     fn(0, n);
     return;
   }
+  team_starting();
 
   std::exception_ptr error;
   std::mutex error_mutex;

@@ -9,7 +9,8 @@
 //
 // A parallel_for hands each thread one contiguous chunk of [0, n); the calling thread runs
 // a chunk too. Small ranges run inline on the caller: waking threads costs more than a few
-// thousand elements of work.
+// thousand elements of work, and so does everything in a run that goes solo because its
+// teams waited for cores (runtime/team_policy.h).
 #pragma once
 
 #include <cstdint>

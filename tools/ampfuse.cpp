@@ -40,7 +40,8 @@ int main(int argc, char** argv) {
   app.footer("Run 'ampfuse COMMAND --help' for the options of a command.\n"
              "Exit status: 0 on success, 1 on any error (printed as 'ampfuse: error: ...'),\n"
              "2 from 'info --json' when output shapes could not be inferred.\n"
-             "Environment: AMPFUSE_THREADS, OMP_NUM_THREADS, OMP_WAIT_POLICY, AMPFUSE_STRICT, AMPFUSE_DUMP\n"
+             "Environment: AMPFUSE_THREADS, AMPFUSE_TEAMS, OMP_NUM_THREADS, OMP_WAIT_POLICY, AMPFUSE_STRICT, AMPFUSE_DUMP,\n"
+             "AMPFUSE_CACHE_DIR, AMPFUSE_FAULT and more\n"
              "(README.md, \"Environment switches\").");
   std::vector<ampfuse::tools::Command> commands = {ampfuse::tools::add_info_command(app),
                                                    ampfuse::tools::add_run_command(app),

@@ -218,7 +218,11 @@ int run_model(const RunOptions& o) {
     t0 = std::chrono::steady_clock::now();
     exe.run(run_vars);  // also computes what depends on the weights alone
     r.first_run_ms = ms_since(t0);
-    std::tie(r.run_ms, outputs) = timed_runs(o.repeat, [&] { return exe.run(run_vars, &rs); });
+    std::tie(r.run_ms, outputs) = timed_runs(o.repeat, [&] {
+      auto out = exe.run(run_vars, &rs);
+      r.solo_runs += rs.solo ? 1 : 0;
+      return out;
+    });
     r.transfers = TransferSummary{rs.uploads, rs.downloads, rs.upload_bytes, rs.download_bytes};
   }
   if (amp_stats)
@@ -335,7 +339,7 @@ Command add_run_command(CLI::App& parent) {
   cmd->add_flag("--no-baseline", o->no_baseline,
                 "Skip the f32 unfused baseline run (no speed-up and no error in the report)");
   cmd->add_flag("--json", o->json,
-                "Print one JSON object {model, nodes, op_nodes, ops, engine, seed, runs, run_ms, first_run_ms, "
+                "Print one JSON object {model, nodes, op_nodes, ops, engine, seed, runs, run_ms, solo_runs, first_run_ms, "
                 "baseline_f32_unfused_ms, max_abs_error, max_rel_error, amp: {target, casts_inserted, casts_removed, "
                 "casts_final, casts_reused, params_offline, lp16_nodes, fp32_nodes} or null, plan: {fused, device, "
                 "kernels, fused_ops, external_ops, views, constant_steps, widened_external, folded_batchnorms, "

@@ -165,6 +165,7 @@ nlohmann::json to_json(const RunReport& r) {
   j["seed"] = r.seed;
   j["runs"] = r.runs;
   j["run_ms"] = r.run_ms;
+  j["solo_runs"] = r.solo_runs;
   j["first_run_ms"] = r.first_run_ms ? nlohmann::json(*r.first_run_ms) : nlohmann::json(nullptr);
   j["baseline_f32_unfused_ms"] = optional_number(r.baseline_ms);
   j["max_abs_error"] = optional_number(r.max_abs_error);
@@ -304,6 +305,8 @@ std::string to_text(const RunReport& r) {
   out += fmt::format("seed:    {}\n", r.seed);
   out += fmt::format("latency: {:.3f} ms {} (median of {}", r.run_ms, r.engine, r.runs);
   if (r.first_run_ms) out += fmt::format(" after a first run of {:.3f} ms", *r.first_run_ms);
+  if (r.solo_runs > 0)
+    out += fmt::format("; {} of them solo, after teams of threads waited for cores", r.solo_runs);
   out += ")";
   if (r.baseline_ms)
     out += fmt::format("; f32 unfused {:.3f} ms; speed-up {:.2f}x", *r.baseline_ms, *r.baseline_ms / std::max(r.run_ms, 1e-9));

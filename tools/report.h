@@ -109,6 +109,9 @@ struct RunReport {
   uint64_t seed = 0;
   int runs = 1;
   double run_ms = 0;  // median over `runs`, after a first run
+  // Of the timed runs, those that went solo because their teams of threads waited for cores
+  // (runtime/team_policy.h).
+  int solo_runs = 0;
   // The first run of the compiled graph (it also computes what depends on the weights
   // alone); nullopt for --interpreter.
   std::optional<double> first_run_ms;

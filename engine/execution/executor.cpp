@@ -6,6 +6,7 @@
 #include "runtime/device_api.h"
 #include "runtime/kernel_cache.h"
 #include "runtime/onednn/onednn_ops.h"
+#include "runtime/team_policy.h"
 
 #include <fmt/format.h>
 
@@ -738,6 +739,9 @@ void Executable::Impl::run(const runtime::Bindings& vars, std::span<Tensor> into
   const auto t0 = std::chrono::steady_clock::now();
   const Impl& im = *this;
   RunStats rs;
+  // Declared first, so that it measures the whole run, its teams' waits included.
+  const runtime::RunTeams teams;
+  rs.solo = teams.solo();
 
   std::unique_ptr<Impl::RunContext> ctx;
   {

@@ -162,6 +162,9 @@ struct RunStats {
   // run_into: outputs copied into the caller's buffer after the run instead of computed in
   // it (see run_into); 0 when every output was written where the caller asked.
   int output_copies = 0;
+  // The run went solo: every parallel op on the calling thread, because the runs before it
+  // waited for cores in teams of threads (runtime/team_policy.h, AMPFUSE_TEAMS).
+  bool solo = false;
   // Copies between the host and a GPU (0 on the CPU).
   int uploads = 0, downloads = 0;
   int64_t upload_bytes = 0, download_bytes = 0;

@@ -5,6 +5,7 @@
 #include "ir/error.h"
 #include "ir/lowp.h"
 #include "runtime/fault_injection.h"
+#include "runtime/team_policy.h"
 #include "runtime/thread_pool.h"
 
 #include <oneapi/dnnl/dnnl.hpp>
@@ -684,7 +685,8 @@ std::optional<Prepared> attempt(const Node& n, Builder build, Types in, Types ou
   return std::nullopt;
 }
 
-Entry make_entry(const Node& n, Types in) {
+// `solo`: made for one thread whatever its size, for runs that go solo.
+Entry make_entry(const Node& n, Types in, bool solo) {
   Builder build = builder_for(n.op);
   if (!build) return {std::nullopt, fmt::format("oneDNN does not run {}", n.op)};
   Types out = n.outputs;
@@ -701,7 +703,7 @@ Entry make_entry(const Node& n, Types in) {
   // oneDNN's batch normalization meets its threads at spinning barriers several times a run:
   // on a busy machine a descheduled thread stalls the others a scheduler slice at each (a
   // [32,16,32,32] f32 one took 20-60 ms on two threads under load, 0.3 ms on one thread).
-  const bool serial = estimated_macs(n, in, out) < kSerialMacs || n.op == "_BatchNorm_train";
+  const bool serial = solo || estimated_macs(n, in, out) < kSerialMacs || n.op == "_BatchNorm_train";
   const OneThread one_thread(serial);
   std::string why;
   // Native first (f32, or bf16 where this CPU's oneDNN has a real kernel for it) ...
@@ -734,12 +736,12 @@ std::mutex g_mutex;
 std::unordered_map<std::string, std::shared_ptr<const Entry>> g_cache;
 size_t g_created = 0;
 
-std::shared_ptr<const Entry> entry_for(const Node& n, Types in) {
+std::shared_ptr<const Entry> entry_for(const Node& n, Types in, bool solo = false) {
   if (n.outputs.empty()) fail("node '{}' ({}) has no inferred types", n.name, n.op);
-  const std::string key = cache_key(n, in);
+  const std::string key = cache_key(n, in) + (solo ? ";solo" : "");
   std::lock_guard lock(g_mutex);
   if (auto it = g_cache.find(key); it != g_cache.end()) return it->second;
-  auto entry = std::make_shared<const Entry>(make_entry(n, in));
+  auto entry = std::make_shared<const Entry>(make_entry(n, in, solo));
   if (entry->prepared) ++g_created;
   g_cache.emplace(key, entry);
   return entry;
@@ -766,6 +768,10 @@ bool onednn_computes_in_f32(const Node& node, std::span<const TensorType> inputs
 
 struct OnednnPrimitive {
   std::shared_ptr<const Entry> entry;  // entry->prepared is set
+  // For runs that go solo when `entry` is made for a team: the one-thread primitive, made on
+  // first need (null when oneDNN refuses it; the team one runs then).
+  mutable std::once_flag solo_once;
+  mutable std::shared_ptr<const Entry> solo;
 };
 
 std::shared_ptr<const OnednnPrimitive> onednn_primitive(const Node& node, std::span<const TensorType> inputs) {
@@ -775,12 +781,33 @@ std::shared_ptr<const OnednnPrimitive> onednn_primitive(const Node& node, std::s
   // leaves the cache as it was.
   if (fault_strikes(Fault::primitive))
     fail("oneDNN: creating the {} primitive failed {}", node.op, injected_fault_note());
-  return std::make_shared<const OnednnPrimitive>(OnednnPrimitive{std::move(e)});
+  auto primitive = std::make_shared<OnednnPrimitive>();
+  primitive->entry = std::move(e);
+  return primitive;
+}
+
+// The entry a run uses: the team primitive, or in a solo run its one-thread twin.
+static const Entry& entry_to_run(const OnednnPrimitive& primitive, const Node& node, std::span<const Tensor> inputs) {
+  const Entry& team = *primitive.entry;
+  if (team.serial) return team;
+  if (!run_solo()) {
+    team_starting();
+    return team;
+  }
+  std::call_once(primitive.solo_once, [&] {
+    std::vector<TensorType> types;
+    for (const Tensor& t : inputs) types.push_back(t.type());
+    auto solo = entry_for(node, types, /*solo=*/true);
+    if (solo->prepared) primitive.solo = std::move(solo);
+  });
+  return primitive.solo ? *primitive.solo : team;
 }
 
 void onednn_execute(const OnednnPrimitive& primitive, const Node& node, std::span<const Tensor> inputs,
                     std::span<Tensor> outputs, OnednnWeightCache* weights) {
-  const Prepared& prepared = *primitive.entry->prepared;
+  const Entry& entry = entry_to_run(primitive, node, inputs);
+  const Prepared& prepared = *entry.prepared;
+  const int slot = &entry == primitive.entry.get() ? 0 : 1;  // the weight cache's copy for this primitive
   if (outputs.size() != node.outputs.size())
     fail("node '{}' ({}): {} outputs given, {} expected", node.name, node.op, outputs.size(), node.outputs.size());
   // Fixed-size pointer arrays: oneDNN's ops have at most 3 inputs and 3 outputs.
@@ -798,19 +825,20 @@ void onednn_execute(const OnednnPrimitive& primitive, const Node& node, std::spa
   }
   const InPtrs ins(in_ptrs.data(), inputs.size());
   const OutPtrs outs(out_ptrs.data(), outputs.size());
-  const OneThread one_thread(primitive.entry->serial);
+  const OneThread one_thread(entry.serial);
   try {
     // Weights the cache was not filled from run without it. The first run fills the cache
     // under its mutex; later ones (from any thread) only read it.
     if (!weights || inputs.size() < 2) {
       prepared.run(ins, outs, nullptr);
-    } else if (weights->filled.load(std::memory_order_acquire)) {
-      prepared.run(ins, outs, weights->source.raw() == inputs[1].raw() ? &weights->reordered : nullptr);
+    } else if (weights->filled[slot].load(std::memory_order_acquire)) {
+      prepared.run(ins, outs, weights->source.raw() == inputs[1].raw() ? &weights->reordered[slot] : nullptr);
     } else {
       std::lock_guard lock(weights->mutex);
-      if (!weights->filled.load(std::memory_order_relaxed)) weights->source = inputs[1];
-      prepared.run(ins, outs, weights->source.raw() == inputs[1].raw() ? &weights->reordered : nullptr);
-      weights->filled.store(true, std::memory_order_release);
+      if (!weights->filled[0].load(std::memory_order_relaxed) && !weights->filled[1].load(std::memory_order_relaxed))
+        weights->source = inputs[1];
+      prepared.run(ins, outs, weights->source.raw() == inputs[1].raw() ? &weights->reordered[slot] : nullptr);
+      weights->filled[slot].store(true, std::memory_order_release);
     }
   } catch (const dnnl::error& err) {
     fail("node '{}' ({}): oneDNN failed: {} (status {})", node.name, node.op, err.what(), status_name(err.status));

@@ -54,12 +54,14 @@ bool onednn_computes_in_f32(const ir::Node& node, std::span<const TensorType> in
 // given and keeps them; later calls with the same weight buffer reuse them (from any thread);
 // calls with another buffer run without it. Give one only for weights whose contents do
 // not change while they stay bound (engine::ExecutorOptions::constant_params). Other ops
-// ignore it.
+// ignore it. It keeps a copy per primitive the node may run with: the one made for a team
+// of threads and the one made for a solo run (runtime/team_policy.h), whose layouts may
+// differ.
 struct OnednnWeightCache {
-  Tensor source;                    // the weights it was filled from (kept alive, so their address stays theirs)
-  std::shared_ptr<void> reordered;  // a dnnl::memory
-  std::mutex mutex;                 // held while filling
-  std::atomic<bool> filled{false};
+  Tensor source;  // the weights it was filled from (kept alive, so their address stays theirs)
+  std::shared_ptr<void> reordered[2];  // a dnnl::memory each: [0] for teams, [1] solo
+  std::mutex mutex;                    // held while filling
+  std::atomic<bool> filled[2] = {false, false};
 };
 
 // A node oneDNN runs, with its primitive created: what an executor keeps per node so that
@@ -70,7 +72,10 @@ struct OnednnPrimitive;
 std::shared_ptr<const OnednnPrimitive> onednn_primitive(const ir::Node& node, std::span<const TensorType> inputs);
 
 // Runs `node` through its primitive; `inputs` have the types it was made for, `outputs`
-// arrive allocated with the node's types. Thread-safe. Throws ampfuse::Error naming the
+// arrive allocated with the node's types. Thread-safe. In a run that goes solo
+// (runtime/team_policy.h) a primitive made for a team of threads is replaced by one made for
+// one thread (created on first need): oneDNN divides a primitive's work among the threads
+// it was made for, so it cannot simply run on fewer. Throws ampfuse::Error naming the
 // node and oneDNN's status when oneDNN fails.
 void onednn_execute(const OnednnPrimitive& primitive, const ir::Node& node, std::span<const Tensor> inputs,
                     std::span<Tensor> outputs, OnednnWeightCache* weights = nullptr);
