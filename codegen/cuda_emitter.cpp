@@ -395,10 +395,16 @@ class CudaKernelWriter {
     return fmt::format("{}_element({})", name_, fmt::join(args, ", "));
   }
 
+  // No __restrict__: the memory plan writes a kernel's output over a dead input's bytes
+  // (engine/execution/memory_plan.h, in place), so an output may be an input. With
+  // `const __restrict__` NVRTC reads inputs through the read-only path (ld.global.nc), and
+  // ptxas then moved a store of an output that did not depend on the input (a constant)
+  // ahead of the load of that input: the fuzzer's graph 134 read 100 where its input held
+  // NaN, on an H200. Each element is still loaded before its own results are stored.
   std::vector<std::string> pointer_params() const {
     std::vector<std::string> ps;
     for (int k = 0; k < num_operands(); ++k)
-      ps.push_back(fmt::format("{}{}* __restrict__ op{}", is_output(k) ? "" : "const ", type(k), k));
+      ps.push_back(fmt::format("{}{}* op{}", is_output(k) ? "" : "const ", type(k), k));
     return ps;
   }
   std::vector<std::string> index_params() const {

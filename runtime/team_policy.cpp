@@ -147,7 +147,7 @@ TeamChoice set_team_choice(TeamChoice choice) {
 }
 
 bool TeamPolicy::waited_for_cores(int64_t span_ns, int members, int64_t waited_ns) {
-  return members > 0 && span_ns > 0 && waited_ns * 2 > span_ns;
+  return members > 0 && span_ns > 0 && waited_ns * 4 > span_ns * members;
 }
 
 bool TeamPolicy::solo_at(int64_t now) const { return now < solo_until_ns_; }

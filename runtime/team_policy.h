@@ -7,8 +7,8 @@
 // (bench/README.md, "Thread contention"). One thread never waits for another.
 //
 // So each run looks at how long its team's threads sat on a run queue (Linux's
-// /proc/self/task/TID/schedstat) while its teams ran. When they waited for more than half
-// of that time (summed over the team), the runs after it go solo: every parallel op on the
+// /proc/self/task/TID/schedstat) while its teams ran. When a member waited for more than a
+// quarter of that time on average, the runs after it go solo: every parallel op on the
 // calling thread, oneDNN primitives made for one thread. After a back-off (50 ms, doubling
 // while the probes keep waiting, at most 2 s) one run tries teams again. A run that does
 // not start a team costs nothing here: the readings are taken at its first team.
@@ -74,7 +74,9 @@ class TeamPolicy {
   int64_t backoff_ns() const { return backoff_ns_; }
   int64_t solo_until_ns() const { return solo_until_ns_; }
 
-  // Whether such a run waited for cores: more than half a thread's time over its teams' span.
+  // Whether such a run waited for cores: its members waited for more than a quarter of the
+  // teams' span on average. (Not less: waking a sleeping thread puts it on a run queue for
+  // some microseconds, which adds up over a team of 16 and many short regions.)
   static bool waited_for_cores(int64_t span_ns, int members, int64_t waited_ns);
 
  private:

@@ -34,10 +34,12 @@ class ScopedTeamChoice {
   TeamChoice old_;
 };
 
-TEST(TeamPolicy, WaitingForCoresIsMoreThanHalfTheTeamsSpan) {
+TEST(TeamPolicy, WaitingForCoresIsAMemberWaitingAQuarterOfTheSpan) {
   EXPECT_FALSE(TeamPolicy::waited_for_cores(10 * kMs, 2, 4 * kMs));
   EXPECT_FALSE(TeamPolicy::waited_for_cores(10 * kMs, 2, 5 * kMs));
   EXPECT_TRUE(TeamPolicy::waited_for_cores(10 * kMs, 2, 6 * kMs));
+  EXPECT_FALSE(TeamPolicy::waited_for_cores(10 * kMs, 16, 39 * kMs));  // wake-ups of a big team
+  EXPECT_TRUE(TeamPolicy::waited_for_cores(10 * kMs, 16, 41 * kMs));
   EXPECT_FALSE(TeamPolicy::waited_for_cores(10 * kMs, 0, 6 * kMs));  // no team found
   EXPECT_FALSE(TeamPolicy::waited_for_cores(0, 2, 6 * kMs));
 }
