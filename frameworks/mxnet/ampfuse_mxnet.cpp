@@ -252,7 +252,10 @@ class SubgraphOp : public CustomStatefulOp {
         in.push_back({wrap((*inputs)[n_out + i], "input", i), (*inputs)[n_out + i].verID});
       std::vector<af::runtime::Tensor> grads;
       for (size_t i = 0; i < n_in; ++i) grads.push_back(wrap((*outputs)[i], "gradient", i));
+      const int before = verbose() ? region_->stats().compilations : 0;
       region_->backward(in, heads, grads, step_);
+      if (verbose() && region_->stats().compilations != before)
+        std::cerr << "ampfuse: " << name() << ": backward compiled for a new input signature\n";
       return MX_SUCCESS;
     } catch (const std::exception& e) {
       MX_ERROR_MSG << "ampfuse: " << e.what();
@@ -261,7 +264,12 @@ class SubgraphOp : public CustomStatefulOp {
   }
 
  private:
-  std::string name() const { return "region with inputs " + fmt::format("{}", fmt::join(region_->input_names(), ", ")); }
+  std::string name() const {
+    const char* form = region_->form() == af::mxnet::RegionForm::training    ? " (training form)"
+                       : region_->form() == af::mxnet::RegionForm::inference ? " (inference form)"
+                                                                             : "";
+    return "region with inputs " + fmt::format("{}", fmt::join(region_->input_names(), ", ")) + form;
+  }
 
   // The Dropout step of a training forward, drawn from MXNet's CPU random state (seeded by
   // mx.random.seed), so masks change every call and a seeded run repeats. Two calls draw

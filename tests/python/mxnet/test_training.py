@@ -280,25 +280,46 @@ def test_dropout_masks_follow_mxnet_seed():
 
 # A region that does not know its form ---------------------------------------------------
 
-def test_backward_through_batchnorm_region_of_unknown_form_is_refused():
-    """Partitioned by the symbol API without training=: the regions cannot know whether
-    MXNet trains, so backward through BatchNorm says so rather than differentiate a guess."""
+def symbol_and_arrays():
     net = nn.HybridSequential()
-    net.add(nn.Dense(16, in_units=8), nn.BatchNorm(in_channels=16), nn.Dense(4, in_units=16))
+    net.add(nn.Dense(16, in_units=8, use_bias=False), nn.BatchNorm(in_channels=16), nn.Dense(4, in_units=16))
     initialize(net)
     sym = net(mx.sym.var("data"))
-    x = mx.nd.random.uniform(-1, 1, (4, 8))
-    args = {name: p.data() for name, p in net.collect_params().items() if not name.endswith(("mean", "var"))}
-    aux = {name: p.data() for name, p in net.collect_params().items() if name.endswith(("mean", "var"))}
-    args["data"] = x
+    params = net.collect_params()
+    args = {name: p.data().copy() for name, p in params.items() if not name.endswith(("mean", "var"))}
+    aux = {name: p.data().copy() for name, p in params.items() if name.endswith(("mean", "var"))}
+    args["data"] = mx.nd.array(np.random.RandomState(2).uniform(-1, 1, (4, 8)))
+    return sym, args, aux
+
+
+def train_executor(sym, args, aux):
+    """One training forward and backward of a bound symbol: the gradients, the new aux."""
+    grads = {name: mx.nd.zeros_like(a) for name, a in args.items()}
+    exe = sym.bind(mx.cpu(), args, args_grad=grads, aux_states=aux)
+    exe.forward(is_train=True)
+    exe.backward(mx.nd.array(np.linspace(-1, 1, 16).reshape(4, 4)))
+    return [grads[name].asnumpy() for name in sorted(grads)], [aux[name].asnumpy() for name in sorted(aux)]
+
+
+def test_symbol_api_region_knows_its_form_only_from_the_training_option():
+    """Partitioned by the symbol API without training=, a region cannot know whether
+    MXNet trains, so backward through BatchNorm says so rather than differentiate a guess;
+    with training=1 it trains as MXNet's own executor does."""
+    sym, args, aux = symbol_and_arrays()
     part = sym.optimize_for("ampfuse", args, aux, mx.cpu(), amp="off")
     assert part.tojson().count('"op": "_ampfuse_subgraph"') == 1
-    grads = {name: mx.nd.zeros_like(a) for name, a in args.items()}
-    exe = part.bind(mx.cpu(), args, args_grad=grads, aux_states=aux)
     with pytest.raises(mx.base.MXNetError, match="partition with the option training=1"):
-        exe.forward(is_train=True)
-        exe.backward(mx.nd.ones((4, 4)))
+        train_executor(part, args, aux)
         mx.nd.waitall()
+
+    sym, args, aux = symbol_and_arrays()
+    want_grads, want_aux = train_executor(sym, args, aux)
+    sym, args, aux = symbol_and_arrays()
+    part = sym.optimize_for("ampfuse", args, aux, mx.cpu(), amp="off", training=1)
+    assert part.tojson().count('"op": "_ampfuse_subgraph"') == 1
+    got_grads, got_aux = train_executor(part, args, aux)
+    for got, want in zip(got_grads + got_aux, want_grads + want_aux):
+        assert relative_error([got], [want]) <= F32_TOLERANCE
 
 
 def test_bad_training_option_is_an_error():
