@@ -104,7 +104,7 @@ Region::Compiled& Region::compiled_for(const std::vector<RegionInput>& inputs) {
   // reads moving statistics it rewrites every call, and trains weights that change every
   // step: nothing there stays constant long enough to keep.
   eo.constant_params = form_ != RegionForm::training;
-  auto c = std::make_unique<Compiled>(Compiled{engine::Executable::compile(std::move(g), eo), {}, {}, {}, false});
+  auto c = std::make_unique<Compiled>(Compiled{engine::Executable::compile(std::move(g), eo), {}, {}, {}});
   const ir::Graph& cg = c->exe.graph();
   // Which inputs the executable treats as constants: variables in weight or aux slots.
   std::map<std::string, ir::VarRole> roles;
@@ -115,7 +115,6 @@ Region::Compiled& Region::compiled_for(const std::vector<RegionInput>& inputs) {
     if (r != roles.end() && r->second != ir::VarRole::input && eo.constant_params) c->weight_inputs.push_back(i);
   }
   if (form_ == RegionForm::training) {
-    c->reads_step = cg.find_var(kStepInput).has_value();
     // The moving statistics training_mode appended after the model's outputs: per
     // BatchNorm in graph order, the new mean and variance of the variables of its inputs 3
     // and 4, which are MXNet's aux arrays (region inputs).

@@ -104,9 +104,8 @@ class Region {
     std::vector<size_t> weight_inputs;  // inputs in param/aux slots: constants to exe
     std::vector<std::pair<const void*, uint64_t>> weight_seen;  // (buffer, version) last run
     // Training form: the input each extra graph output (a new moving mean or variance, in
-    // training_mode's order) is written into; whether the graph reads the Dropout step.
+    // training_mode's order) is written into.
     std::vector<size_t> moving_stat_inputs;
-    bool reads_step = false;
   };
   using Signature = std::vector<std::pair<int, std::vector<int64_t>>>;
   static Signature signature_of(const std::vector<RegionInput>& inputs);

@@ -79,7 +79,7 @@ def amp_target():
 mx.library.load(library_path(), verbose=False)
 
 _AMP_VALUES = ("off", "bf16", "fp16")
-_TRAINING_VALUES = (0, 1, True, False, "0", "1")
+_TRAINING_VALUES = (0, 1, True, False, "0", "1", "True", "False", "true", "false")
 _HYBRIDIZE_KEYWORDS = {"clear", "static_alloc", "static_shape", "inline_limit", "forward_bulk_size",
                        "backward_bulk_size"}
 

@@ -226,14 +226,20 @@ def dropout_net(p):
     return net
 
 
-def test_dropout_drops_in_training_only_and_backward_uses_the_forward_mask():
+@pytest.mark.parametrize("static", [False, True], ids=["dynamic", "static_alloc"])
+def test_dropout_drops_in_training_only_and_backward_uses_the_forward_mask(static):
+    """Also with static_alloc, where MXNet's CachedOp runs its static path (memory and
+    operator states planned ahead) instead of the dynamic one."""
     p = 0.5
     rng = np.random.RandomState(4)
     x = mx.nd.array(rng.uniform(0.5, 1.5, (16, 32)))
     head = rng.uniform(-1, 1, (16, 64)).astype(np.float32)
     net = dropout_net(p)
     initialize(net)
-    net.optimize_for(x, backend="ampfuse", amp="off")
+    if static:
+        net.hybridize(backend="ampfuse", amp="off", static_alloc=True, static_shape=True)
+    else:
+        net.optimize_for(x, backend="ampfuse", amp="off")
     dense = net(x).asnumpy()  # inference: the identity
     weight = net[0].weight.data().asnumpy()
     np.testing.assert_allclose(dense, x.asnumpy() @ weight.T + net[0].bias.data().asnumpy(), rtol=1e-5, atol=1e-5)
@@ -256,6 +262,16 @@ def test_dropout_drops_in_training_only_and_backward_uses_the_forward_mask():
         assert relative_error([x.grad.asnumpy()], [want]) <= F32_TOLERANCE
         masks.append(kept)
     assert (masks[0] != masks[1]).mean() > 0.3, "a fresh mask every training call"
+    # Two forwards recorded before one backward: each call's gradient uses its own mask.
+    x.attach_grad()
+    with autograd.record():
+        first, second = net(x), net(x)
+        total = first + 2 * second
+    total.backward(mx.nd.array(head))
+    kept = [first.asnumpy() != 0, second.asnumpy() != 0]
+    assert (kept[0] != kept[1]).mean() > 0.3
+    want = (head * kept[0] / (1 - p) + 2 * head * kept[1] / (1 - p)) @ weight
+    assert relative_error([x.grad.asnumpy()], [want]) <= F32_TOLERANCE
     np.testing.assert_array_equal(net(x).asnumpy(), dense)  # inference again: no dropout
 
 
