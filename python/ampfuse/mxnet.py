@@ -17,12 +17,15 @@ so the form of BatchNorm and Dropout is fixed when a graph is partitioned (backe
 once per form, on first need, and each call runs the one ``autograd.is_training()`` asks
 for: inside ``autograd.record()`` (or ``autograd.train_mode()``) batch statistics, moving
 statistics updated in MXNet's aux arrays, and Dropout dropping; elsewhere the inference
-form. An explicit ``training=`` option fixes the form instead.
+form. Regions a graph already holds (a SymbolBlock of an exported, partitioned model) get
+the form set on their subgraph nodes. An explicit ``training=`` option fixes the form
+instead.
 
 This module needs only MXNet: it does not import ampfuse's nanobind module, so that it
 works (and fails) on its own.
 """
 
+import json
 import os
 
 import mxnet as mx
@@ -79,6 +82,8 @@ def amp_target():
 mx.library.load(library_path(), verbose=False)
 
 _AMP_VALUES = ("off", "bf16", "fp16")
+_SUBGRAPH_OP = "_ampfuse_subgraph"  # the subgraph operator of the library's partitioner
+_TRAINING_ATTR = "ampfuse_training"  # the form of a region, on its subgraph node
 _TRAINING_VALUES = (0, 1, True, False, "0", "1", "True", "False", "true", "false")
 _HYBRIDIZE_KEYWORDS = {"clear", "static_alloc", "static_shape", "inline_limit", "forward_bulk_size",
                        "backward_bulk_size"}
@@ -137,6 +142,18 @@ def _form_now():
     return 1 if autograd.is_training() else 0
 
 
+def _regions_in_form(sym, form):
+    """`sym` with the ampfuse regions it already holds (a SymbolBlock of an exported,
+    partitioned model: partitioning again leaves them as they are) set to `form`."""
+    if _SUBGRAPH_OP not in sym.tojson():
+        return sym
+    graph = json.loads(sym.tojson())
+    for node in graph["nodes"]:
+        if node["op"] == _SUBGRAPH_OP:
+            node.setdefault("attrs", {})[_TRAINING_ATTR] = str(form)
+    return mx.sym.load_json(json.dumps(graph))
+
+
 def _build_cache(self, *args):
     if not _picks_form(self):
         return _mxnet_build_cache(self, *args)
@@ -145,7 +162,8 @@ def _build_cache(self, *args):
     if source is None:
         source = self._get_graph(*args)  # traces hybrid_forward: the graph before partitioning
         self._ampfuse_source = source
-    self._cached_graph = source
+    data, out = source
+    self._cached_graph = data, _regions_in_form(out, form)
     options = self._backend_opts
     self._backend_opts = dict(options, training=form)
     try:

@@ -218,6 +218,50 @@ def test_amp_fuse_env_trains_unchanged_code_in_bf16(monkeypatch):
     assert relative_error([got_grads[0]], [want_grads[0]]) > 1e-4, "bf16 inside the regions, not f32"
 
 
+def one_training_call(net, x, labels):
+    """The loss, the data's gradient and the moving statistics (by name) of one recorded
+    forward and backward."""
+    x.attach_grad()
+    with autograd.record():
+        loss = gluon.loss.SoftmaxCrossEntropyLoss()(net(x), labels)
+    loss.backward()
+    moving = {name: p.data().asnumpy() for name, p in net.collect_params().items()
+              if name.endswith(("running_mean", "running_var"))}
+    return loss.asnumpy(), x.grad.asnumpy(), moving
+
+
+def test_exported_partitioned_model_trains_after_import(tmp_path):
+    """A partitioned model exported (its regions in the inference form) and imported as a
+    SymbolBlock: hybridize(backend='ampfuse') cannot partition those regions again, so
+    ampfuse.mxnet sets their form on the subgraph nodes; training then matches MXNet's."""
+    rng = np.random.RandomState(6)
+    x = mx.nd.array(rng.uniform(-1, 1, (4, 3, 8, 8)))
+    labels = mx.nd.array(rng.randint(0, 10, (4,)))
+    net = conv_bn_net()
+    initialize(net)
+    net.hybridize()
+    net(x)
+    net.export(str(tmp_path / "plain"))
+    net.optimize_for(x, backend="ampfuse", amp="off")
+    net(x)
+    net.export(str(tmp_path / "partitioned"))
+
+    def imported(prefix):
+        return gluon.SymbolBlock.imports(str(tmp_path / (prefix + "-symbol.json")), ["data"],
+                                         str(tmp_path / (prefix + "-0000.params")))
+
+    want = one_training_call(imported("plain"), x, labels)
+    block = imported("partitioned")
+    assert block._cached_graph[1].tojson().count('"op": "_ampfuse_subgraph"') == 1
+    block.hybridize(backend="ampfuse", amp="off")
+    got = one_training_call(block, x, labels)
+    assert relative_error([got[0]], [want[0]]) <= F32_TOLERANCE
+    assert relative_error([got[1]], [want[1]]) <= F32_TOLERANCE
+    assert sorted(got[2]) == sorted(want[2])
+    for name, stat in want[2].items():
+        assert relative_error([got[2][name]], [stat]) <= F32_TOLERANCE
+
+
 # Dropout ---------------------------------------------------------------------------------
 
 def dropout_net(p):
