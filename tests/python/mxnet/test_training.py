@@ -76,13 +76,16 @@ def cifar_resnet20_v2():
     return gluoncv.model_zoo.get_model("cifar_resnet20_v2", classes=10, pretrained=False)
 
 
+def batch(shape):
+    rng = np.random.RandomState(3)
+    return mx.nd.array(rng.uniform(-1, 1, shape)), mx.nd.array(rng.randint(0, 10, (shape[0],)))
+
+
 def train_bn(make, partition, shape, steps=2, train_mode=True):
     """`steps` SGD steps on one batch; returns the losses, the first step's gradients (the
     data's and every trained parameter's), the moving statistics after the steps, the
     inference output after them (outside autograd.record) and the net."""
-    rng = np.random.RandomState(3)
-    x = mx.nd.array(rng.uniform(-1, 1, shape))
-    labels = mx.nd.array(rng.randint(0, 10, (shape[0],)))
+    x, labels = batch(shape)
     x.attach_grad()
     net = make()
     initialize(net)
@@ -190,14 +193,35 @@ def test_record_in_inference_mode_gives_the_inference_gradients():
         np.testing.assert_array_equal(stat, start)
 
 
+def mxnet_bf16_amp_gradients(make, shape):
+    """MXNet's own bf16 AMP (amp.convert_hybrid_block) on train_bn's first step: the data's
+    and every trained parameter's gradient, in train_bn's order."""
+    from mxnet.contrib import amp
+    x, labels = batch(shape)
+    net = make()
+    initialize(net)
+    net.hybridize()
+    net(x)
+    names = [name for name, p in net.collect_params().items() if p.grad_req != "null"]
+    low = amp.convert_hybrid_block(net, target_dtype="bfloat16", ctx=mx.cpu())
+    x.attach_grad()
+    with autograd.record():
+        loss = gluon.loss.SoftmaxCrossEntropyLoss()(low(x).astype("float32"), labels)
+    loss.backward()
+    params = low.collect_params()
+    return [x.grad.asnumpy()] + [params[name].grad().asnumpy().astype(np.float32) for name in names]
+
+
 def test_amp_fuse_env_trains_unchanged_code_in_bf16(monkeypatch):
     """MXNET_AMP_FUSE=1: the unchanged training loop (net.hybridize()) runs through ampfuse
     with bf16 AMP and follows MXNet's f32 training within bf16's tolerance: losses, moving
     statistics, the inference output after training, the gradients of the head (dense
     layer, last BatchNorm). Deeper gradients pass back through BatchNorm's backward, whose
-    mean subtractions cancel most of the bf16 values they take: those are 8-25% off in
-    their largest element (max |error| / max |f32 gradient|), so they are held to their
-    direction (cosine with the f32 gradient) instead."""
+    mean subtractions cancel most of the bf16 values they take: MXNet's own bf16 AMP puts
+    them up to 32% off f32 in their largest element (max |error| / max |f32 gradient|,
+    median 15%), and ampfuse's may be off as much (measured: 38%, median 15%), not
+    markedly more."""
+    theirs = mxnet_bf16_amp_gradients(cifar_resnet20_v2, RESNET_BATCH)
     want = resnet_with_mxnet_alone()
     monkeypatch.setenv("MXNET_AMP_FUSE", "1")
     got = train_bn(cifar_resnet20_v2, mxnet_alone, RESNET_BATCH)  # hybridize(): unchanged code
@@ -212,10 +236,12 @@ def test_amp_fuse_env_trains_unchanged_code_in_bf16(monkeypatch):
     assert relative_error([got_inference], [want_inference]) <= BF16_TOLERANCE
     for got_grad, want_grad in zip(got_grads[-4:], want_grads[-4:]):  # dense, last BatchNorm
         assert relative_error([got_grad], [want_grad]) <= BF16_TOLERANCE
-    for got_grad, want_grad in zip(got_grads, want_grads):
-        cosine = float((got_grad * want_grad).sum() / np.linalg.norm(got_grad) / np.linalg.norm(want_grad))
-        assert cosine >= 0.95
-    assert relative_error([got_grads[0]], [want_grads[0]]) > 1e-4, "bf16 inside the regions, not f32"
+    ours = [relative_error([g], [w]) for g, w in zip(got_grads, want_grads)]
+    mxnet_bf16 = [relative_error([g], [w]) for g, w in zip(theirs, want_grads)]
+    assert len(ours) == len(mxnet_bf16)
+    assert max(ours) <= 1.5 * max(mxnet_bf16)  # one element of 62 gradients: noisy
+    assert np.median(ours) <= 1.25 * np.median(mxnet_bf16)
+    assert ours[0] > 1e-4, "bf16 inside the regions, not f32"
 
 
 def one_training_call(net, x, labels):
