@@ -14,6 +14,12 @@
 //   amp = off | bf16 | fp16   AMP inside the regions. Unset: the environment decides, as for
 //                             ampfuse's own hybridized blocks: MXNET_AMP_FUSE=1 turns it on,
 //                             with AMPFUSE_AMP_DTYPE's target (bf16 by default).
+//   training = 0 | 1          which form of BatchNorm and Dropout the regions compute (region.h:
+//                             lib_api does not pass MXNet's is_train to the operator). 1: batch
+//                             statistics, moving statistics written back into the aux arrays,
+//                             Dropout drops; 0: the inference form and its gradient. Unset: the
+//                             inference form, and backward through BatchNorm/Dropout refused.
+//                             ampfuse.mxnet sets it for Gluon blocks, one partition per form.
 // lib_api has no bf16 type, so region boundaries stay f32 (or f16): a region's graph
 // outputs keep their types through the AMP passes, the inside runs in bf16/fp16.
 //
@@ -47,6 +53,7 @@ bool verbose() {
 }
 
 constexpr const char* kAmpAttr = "ampfuse_amp";  // on the subgraph node: off | bf16 | fp16
+constexpr const char* kTrainingAttr = "ampfuse_training";  // on the subgraph node: 0 | 1, or absent
 
 // The AMP target the options ask for: "off", "bf16" or "fp16".
 std::string amp_choice(const std::unordered_map<std::string, std::string>& options) {
@@ -61,6 +68,22 @@ std::string amp_choice(const std::unordered_map<std::string, std::string>& optio
   if (v == "bf16" || v == "bfloat16") return "bf16";
   if (v == "fp16" || v == "float16" || v == "f16") return "fp16";
   af::fail("ampfuse backend: option amp='{}': expected off, bf16 or fp16", v);
+}
+
+// The form the options ask for: "0", "1", or "" (unset).
+std::string training_choice(const std::unordered_map<std::string, std::string>& options) {
+  auto it = options.find("training");
+  if (it == options.end()) return "";
+  const std::string& v = it->second;
+  if (v == "1" || v == "True" || v == "true") return "1";
+  if (v == "0" || v == "False" || v == "false") return "0";
+  af::fail("ampfuse backend: option training='{}': expected 0 or 1", v);
+}
+
+af::mxnet::RegionForm region_form(const std::string& choice) {
+  if (choice == "1") return af::mxnet::RegionForm::training;
+  if (choice == "0") return af::mxnet::RegionForm::inference;
+  return af::mxnet::RegionForm::unknown;
 }
 
 std::optional<af::engine::AmpOptions> amp_options(const std::string& choice) {
@@ -107,6 +130,7 @@ MXReturnValue supported_ops(const Graph* graph, std::vector<int>* ids,
     // options in Python first).
     try {
       (void)amp_choice(options);
+      (void)training_choice(options);
     } catch (const std::exception& e) {
       std::cerr << e.what() << "\n";
       throw;
@@ -152,6 +176,7 @@ MXReturnValue review_subgraph(const Graph* subgraph, int subgraph_id, bool* acce
   const std::string name = "ampfuse region " + std::to_string(subgraph_id);
   try {
     const std::string amp = amp_choice(options);
+    const std::string training = training_choice(options);
     af::ir::MxnetImportOptions io;
     // With every input's shape propagated (optimize_for with example inputs), the region
     // must also type-check; otherwise it must import.
@@ -169,9 +194,11 @@ MXReturnValue review_subgraph(const Graph* subgraph, int subgraph_id, bool* acce
     const af::ir::Graph g = af::ir::import_mxnet_json(subgraph->toString(), name, io);
     *accept = true;
     (*attrs)[kAmpAttr] = amp;
+    if (!training.empty()) (*attrs)[kTrainingAttr] = training;
     if (verbose())
       std::cerr << "ampfuse: " << name << ": accepted, " << g.nodes.size() - subgraph->inputs.size()
-                << " ops, amp " << amp << (io.infer ? ", types checked" : "") << "\n";
+                << " ops, amp " << amp << (training.empty() ? "" : ", training " + training)
+                << (io.infer ? ", types checked" : "") << "\n";
   } catch (const std::exception& e) {
     *accept = false;  // MXNet runs the region itself
     if (verbose()) std::cerr << "ampfuse: " << name << ": rejected: " << e.what() << "\n";
@@ -192,7 +219,8 @@ class SubgraphOp : public CustomStatefulOp {
       std::vector<af::runtime::Tensor> out;
       for (size_t i = 0; i < outputs->size(); ++i) out.push_back(wrap((*outputs)[i], "output", i));
       const af::mxnet::RegionStats before = verbose() ? region_->stats() : af::mxnet::RegionStats{};
-      region_->run(in, out);
+      if (region_->form() == af::mxnet::RegionForm::training) step_ = draw_step(res);
+      region_->run(in, out, step_);
       if (verbose()) {
         const af::mxnet::RegionStats after = region_->stats();
         if (after.compilations != before.compilations)
@@ -224,7 +252,10 @@ class SubgraphOp : public CustomStatefulOp {
         in.push_back({wrap((*inputs)[n_out + i], "input", i), (*inputs)[n_out + i].verID});
       std::vector<af::runtime::Tensor> grads;
       for (size_t i = 0; i < n_in; ++i) grads.push_back(wrap((*outputs)[i], "gradient", i));
-      region_->backward(in, heads, grads);
+      const int before = verbose() ? region_->stats().compilations : 0;
+      region_->backward(in, heads, grads, step_);
+      if (verbose() && region_->stats().compilations != before)
+        std::cerr << "ampfuse: " << name() << ": backward compiled for a new input signature\n";
       return MX_SUCCESS;
     } catch (const std::exception& e) {
       MX_ERROR_MSG << "ampfuse: " << e.what();
@@ -233,7 +264,21 @@ class SubgraphOp : public CustomStatefulOp {
   }
 
  private:
-  std::string name() const { return "region with inputs " + fmt::format("{}", fmt::join(region_->input_names(), ", ")); }
+  std::string name() const {
+    const char* form = region_->form() == af::mxnet::RegionForm::training    ? " (training form)"
+                       : region_->form() == af::mxnet::RegionForm::inference ? " (inference form)"
+                                                                             : "";
+    return "region with inputs " + fmt::format("{}", fmt::join(region_->input_names(), ", ")) + form;
+  }
+
+  // The Dropout step of a training forward, drawn from MXNet's CPU random state (seeded by
+  // mx.random.seed), so masks change every call and a seeded run repeats. Two calls draw
+  // the same step (the same masks) with probability 2^-24.
+  static uint32_t draw_step(const OpResource& res) {
+    mx_cpu_rand_t* states = res.get_cpu_rand_states();
+    if (!states) af::fail("ampfuse backend: MXNet gave the operator no CPU random state for Dropout's masks");
+    return static_cast<uint32_t>((*states)() % af::mxnet::kDropoutSteps);
+  }
 
   af::runtime::Tensor wrap(const MXTensor& t, const char* what, size_t i) const {
     if (t.stype != kDefaultStorage)
@@ -245,21 +290,24 @@ class SubgraphOp : public CustomStatefulOp {
   }
 
   std::shared_ptr<af::mxnet::Region> region_;
+  // The Dropout step of the last forward through this state: MXNet runs a node's backward
+  // on the state of its forward, and backward must draw the forward's masks again.
+  uint32_t step_ = 0;
 };
 
-// Regions by (AMP choice, subgraph JSON), shared by every operator state made for them.
+// Regions by (AMP choice, form, subgraph JSON), shared by every operator state made for them.
 // MXNet's imperative path (a CachedOp without static_alloc) creates the subgraph operator's
 // state anew on every forward call; without this cache each call would import, plan and
 // compile its region again. Bounded: the least recently created region goes first.
 class RegionCache {
  public:
-  std::shared_ptr<af::mxnet::Region> get(const std::string& json, const std::string& amp) {
+  std::shared_ptr<af::mxnet::Region> get(const std::string& json, const std::string& amp, const std::string& training) {
     std::lock_guard lock(mutex_);
-    const std::string key = amp + "\n" + json;
+    const std::string key = amp + "\n" + training + "\n" + json;
     auto it = regions_.find(key);
     if (it != regions_.end()) return it->second;
     auto region = std::make_shared<af::mxnet::Region>(json, "ampfuse region #" + std::to_string(made_++),
-                                                      amp_options(amp));
+                                                      amp_options(amp), region_form(training));
     if (order_.size() >= kCapacity) {
       regions_.erase(order_.front());
       order_.erase(order_.begin());
@@ -291,7 +339,9 @@ MXReturnValue create_op_state(const std::unordered_map<std::string, std::string>
     if (json == attrs.end()) af::fail("ampfuse backend: the subgraph node has no {} attribute", MX_STR_SUBGRAPH_SYM_JSON);
     auto amp = attrs.find(kAmpAttr);
     const std::string choice = amp == attrs.end() ? std::string("off") : amp->second;
-    *op = CustomStatefulOp::create<SubgraphOp>(region_cache().get(json->second, choice));
+    auto training = attrs.find(kTrainingAttr);
+    const std::string form = training == attrs.end() ? std::string() : training->second;
+    *op = CustomStatefulOp::create<SubgraphOp>(region_cache().get(json->second, choice, form));
     return MX_SUCCESS;
   } catch (const std::exception& e) {
     MX_ERROR_MSG << e.what();

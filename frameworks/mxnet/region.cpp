@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 
 namespace ampfuse::mxnet {
 namespace {
@@ -28,10 +29,13 @@ std::vector<std::string> input_names_of(const std::string& json, const std::stri
   return names;
 }
 
+// The Dropout step input of the training form (TrainingOptions::step_input).
+constexpr const char* kStepInput = "__ampfuse_dropout_step__";
+
 }  // namespace
 
-Region::Region(std::string json, std::string name, std::optional<engine::AmpOptions> amp)
-    : json_(std::move(json)), name_(std::move(name)), amp_(std::move(amp)) {
+Region::Region(std::string json, std::string name, std::optional<engine::AmpOptions> amp, RegionForm form)
+    : json_(std::move(json)), name_(std::move(name)), amp_(std::move(amp)), form_(form) {
   input_names_ = input_names_of(json_, name_);
   // Import once now without shapes, so that a region ampfuse cannot read fails when MXNet
   // creates the operator, not on its first batch.
@@ -63,29 +67,78 @@ ir::Graph Region::import_for(const std::vector<RegionInput>& inputs) const {
   return ir::import_mxnet_json(json_, name_, io);
 }
 
+engine::ExecutorOptions Region::options() const {
+  engine::ExecutorOptions eo;
+  eo.amp = amp_;
+  if (form_ == RegionForm::training) {
+    // The masks' Philox key: one per region (its JSON), so that two regions drawing the
+    // same step still drop different elements; the step varies them from call to call.
+    eo.training = engine::TrainingOptions{std::hash<std::string>{}(json_), 0, kStepInput};
+  }
+  return eo;
+}
+
+runtime::Bindings Region::bindings(const std::vector<RegionInput>& inputs, const engine::Executable& exe,
+                                   uint32_t step) const {
+  runtime::Bindings b;
+  for (size_t i = 0; i < inputs.size(); ++i) b.emplace(input_names_[i], inputs[i].tensor);
+  if (exe.graph().find_var(kStepInput)) {
+    if (step >= kDropoutSteps)
+      throw Error(fmt::format("MXNet region '{}': Dropout step {} is not below 2^24 (the f32 step input)", name_, step));
+    runtime::Tensor s(ir::TensorType{ir::DType::f32, {}});
+    s.set_f64(0, static_cast<double>(step));
+    b.emplace(kStepInput, std::move(s));
+  }
+  return b;
+}
+
 Region::Compiled& Region::compiled_for(const std::vector<RegionInput>& inputs) {
   Signature key = signature_of(inputs);
   auto it = compiled_.find(key);
   if (it != compiled_.end()) return *it->second;
 
   ir::Graph g = import_for(inputs);
-  engine::ExecutorOptions eo;
-  eo.amp = amp_;
-  eo.constant_params = true;  // weight casts once per (buffer, version): see region.h
-  auto c = std::make_unique<Compiled>(Compiled{engine::Executable::compile(std::move(g), eo), {}, {}});
+  const size_t model_outputs = g.outputs.size();
+  engine::ExecutorOptions eo = options();
+  // Inference: weight casts once per (buffer, version), see region.h. The training form
+  // reads moving statistics it rewrites every call, and trains weights that change every
+  // step: nothing there stays constant long enough to keep.
+  eo.constant_params = form_ != RegionForm::training;
+  auto c = std::make_unique<Compiled>(Compiled{engine::Executable::compile(std::move(g), eo), {}, {}, {}});
+  const ir::Graph& cg = c->exe.graph();
   // Which inputs the executable treats as constants: variables in weight or aux slots.
   std::map<std::string, ir::VarRole> roles;
-  for (const ir::Node& n : c->exe.graph().nodes)
+  for (const ir::Node& n : cg.nodes)
     if (n.is_var()) roles[n.name] = n.role;
   for (size_t i = 0; i < inputs.size(); ++i) {
     auto r = roles.find(input_names_[i]);
-    if (r != roles.end() && r->second != ir::VarRole::input) c->weight_inputs.push_back(i);
+    if (r != roles.end() && r->second != ir::VarRole::input && eo.constant_params) c->weight_inputs.push_back(i);
+  }
+  if (form_ == RegionForm::training) {
+    // The moving statistics training_mode appended after the model's outputs: per
+    // BatchNorm in graph order, the new mean and variance of the variables of its inputs 3
+    // and 4, which are MXNet's aux arrays (region inputs).
+    for (const ir::Node& n : cg.nodes) {
+      if (n.op != "_BatchNorm_train") continue;
+      for (size_t j : {3, 4}) {
+        const ir::Node& in = cg.nodes[n.inputs.at(j).node];
+        auto pos = std::find(input_names_.begin(), input_names_.end(), in.name);
+        if (!in.is_var() || pos == input_names_.end())
+          throw Error(fmt::format("MXNet region '{}': BatchNorm '{}' reads its moving statistics from '{}', not from "
+                                  "an input of the region, so training cannot update them",
+                                  name_, n.name, in.name));
+        c->moving_stat_inputs.push_back(static_cast<size_t>(pos - input_names_.begin()));
+      }
+    }
+    if (model_outputs + c->moving_stat_inputs.size() != cg.outputs.size())
+      throw Error(fmt::format("MXNet region '{}': internal: {} moving statistics for {} extra outputs", name_,
+                              c->moving_stat_inputs.size(), cg.outputs.size() - model_outputs));
   }
   ++stats_.compilations;
   return *compiled_.emplace(std::move(key), std::move(c)).first->second;
 }
 
-void Region::run(const std::vector<RegionInput>& inputs, std::vector<runtime::Tensor>& outputs) {
+void Region::run(const std::vector<RegionInput>& inputs, std::vector<runtime::Tensor>& outputs, uint32_t step) {
   if (inputs.size() != input_names_.size())
     throw Error(fmt::format("MXNet region '{}': {} inputs given, the subgraph has {}", name_, inputs.size(),
                             input_names_.size()));
@@ -103,18 +156,22 @@ void Region::run(const std::vector<RegionInput>& inputs, std::vector<runtime::Te
   }
   c.weight_seen = std::move(seen);
 
-  runtime::Bindings b;
-  for (size_t i = 0; i < inputs.size(); ++i) b.emplace(input_names_[i], inputs[i].tensor);
+  const runtime::Bindings b = bindings(inputs, c.exe, step);
   const ir::Graph& g = c.exe.graph();
-  if (g.outputs.size() != outputs.size())
-    throw Error(fmt::format("MXNet region '{}': the graph has {} outputs, MXNet expects {}", name_, g.outputs.size(),
-                            outputs.size()));
+  if (g.outputs.size() != outputs.size() + c.moving_stat_inputs.size())
+    throw Error(fmt::format("MXNet region '{}': the graph has {} outputs, MXNet expects {}", name_,
+                            g.outputs.size() - c.moving_stat_inputs.size(), outputs.size()));
   for (size_t i = 0; i < outputs.size(); ++i)
     if (g.type(g.outputs[i]) != outputs[i].type())
       throw Error(fmt::format("MXNet region '{}': output {} is {}, MXNet expects {}", name_, i,
                               ir::type_str(g.type(g.outputs[i])), ir::type_str(outputs[i].type())));
   // Straight into MXNet's output buffers: the kernels that compute the outputs write them.
-  c.exe.run_into(b, outputs);
+  // The new moving statistics go into the aux inputs they replace; run_into computes an
+  // output that overlaps a bound variable aside and copies it in after the run, so the old
+  // values are read before they are overwritten.
+  std::vector<runtime::Tensor> all = outputs;
+  for (size_t i : c.moving_stat_inputs) all.push_back(inputs[i].tensor);
+  c.exe.run_into(b, all);
 }
 
 const engine::Executable& Region::backward_for(const std::vector<RegionInput>& inputs) {
@@ -122,15 +179,17 @@ const engine::Executable& Region::backward_for(const std::vector<RegionInput>& i
   auto it = backward_.find(key);
   if (it != backward_.end()) return *it->second;
   ir::Graph g = import_for(inputs);
-  ir::Graph training = g;
-  if (engine::to_training_mode(training) > 0)
-    throw Error(fmt::format(
-        "MXNet region '{}': backward through a region with BatchNorm or Dropout is not supported: MXNet's "
-        "extension API does not tell the operator whether it runs in training, so its forward computed the "
-        "inference form",
-        name_));
-  engine::ExecutorOptions eo;
-  eo.amp = amp_;
+  if (form_ == RegionForm::unknown) {
+    ir::Graph training = g;
+    if (engine::to_training_mode(training) > 0)
+      throw Error(fmt::format(
+          "MXNet region '{}': backward through a region with BatchNorm or Dropout needs to know whether MXNet "
+          "trains (is_train), which its extension API does not tell the operator: partition with the option "
+          "training=1 (or 0), or let ampfuse.mxnet partition the Gluon block (it picks the form by "
+          "autograd.is_training())",
+          name_));
+  }
+  engine::ExecutorOptions eo = options();
   engine::BackwardOptions bo;
   bo.with_inputs = true;  // MXNet asks for the data's gradient too (a region inside a network)
   eo.backward = bo;
@@ -140,7 +199,7 @@ const engine::Executable& Region::backward_for(const std::vector<RegionInput>& i
 }
 
 void Region::backward(const std::vector<RegionInput>& inputs, const std::vector<runtime::Tensor>& head_grads,
-                      std::vector<runtime::Tensor>& input_grads) {
+                      std::vector<runtime::Tensor>& input_grads, uint32_t step) {
   if (inputs.size() != input_names_.size() || input_grads.size() != inputs.size())
     throw Error(fmt::format("MXNet region '{}': backward got {} inputs and {} gradients for {} inputs", name_,
                             inputs.size(), input_grads.size(), input_names_.size()));
@@ -150,8 +209,10 @@ void Region::backward(const std::vector<RegionInput>& inputs, const std::vector<
   if (st.head_grads.size() != head_grads.size())
     throw Error(fmt::format("MXNet region '{}': {} head gradients given, the region has {} outputs", name_,
                             head_grads.size(), st.head_grads.size()));
-  runtime::Bindings b;
-  for (size_t i = 0; i < inputs.size(); ++i) b.emplace(input_names_[i], inputs[i].tensor);
+  // The training form's forward outputs include the new moving statistics: they get no
+  // head gradient (lower.cpp differentiates the model's outputs only) and are not written
+  // back here, the forward did that.
+  runtime::Bindings b = bindings(inputs, exe, step);
   for (size_t i = 0; i < head_grads.size(); ++i) b.emplace(st.head_grads[i], head_grads[i]);
   std::vector<runtime::Tensor> result = exe.run(b);
 

@@ -13,6 +13,17 @@
 // reordered convolution weights) is computed once and kept while each weight keeps both its
 // buffer and its version (MXNet's NDArray version, bumped by every write, as by an
 // optimizer step), so an in-place update is seen without comparing any bytes.
+//
+// Training (MXNet's is_train): lib_api tells the operator nothing of it (neither Forward's
+// arguments, its OpResource nor its attributes carry MXNet's OpContext::is_train), so the
+// form is fixed when the graph is partitioned: the partitioner option training=0|1 writes
+// it into the subgraph node (ampfuse.mxnet partitions a Gluon block once per form and picks
+// by autograd.is_training() at each call). The training form (engine/passes/training_mode.h)
+// normalizes with batch statistics and writes the new moving mean and variance into
+// MXNet's aux arrays (inputs MXNet declares mutable for a subgraph operator), and Dropout
+// drops with Philox masks keyed by a step the caller draws per forward and hands to the
+// matching backward, so that backward, which computes the forward again, uses the mask the
+// forward used.
 #pragma once
 
 #include "engine/execution/executor.h"
@@ -35,6 +46,17 @@ struct RegionInput {
   uint64_t version = 0;
 };
 
+// Which form of BatchNorm and Dropout the region computes (see the top of this file).
+enum class RegionForm {
+  unknown,    // partitioned without training=: the inference form; backward through
+              // BatchNorm/Dropout is refused (it could be either form's gradient)
+  inference,  // training=0: the inference form, and its gradient (autograd.record(train_mode=False))
+  training,   // training=1: batch statistics, moving statistics updated, Dropout drops
+};
+
+// The largest Dropout step + 1: the step input is an f32, exact for integers below 2^24.
+constexpr uint32_t kDropoutSteps = uint32_t{1} << 24;
+
 struct RegionStats {
   int compilations = 0;        // signatures compiled so far
   int constant_refreshes = 0;  // runs that recomputed the weight constants after the first
@@ -45,7 +67,11 @@ class Region {
   // `json`: the subgraph symbol MXNet hands the operator (attribute subgraph_sym_json);
   // `name`: for messages (the subgraph node's name); `amp`: the AMP target inside, or none.
   // Throws ampfuse::Error when the JSON does not parse or names an op ampfuse lacks.
-  Region(std::string json, std::string name, std::optional<engine::AmpOptions> amp);
+  // `form`: see RegionForm.
+  Region(std::string json, std::string name, std::optional<engine::AmpOptions> amp,
+         RegionForm form = RegionForm::unknown);
+
+  RegionForm form() const { return form_; }
 
   // The names of the region's inputs in the order MXNet passes them (the symbol's
   // arg_nodes order, which is its list_inputs() order).
@@ -54,18 +80,21 @@ class Region {
   // Runs the region on `inputs` (in input_names() order) and writes its outputs into
   // `outputs`, tensors wrapping MXNet's output memory (shapes and dtypes must match the
   // graph's). Thread-safe. Throws ampfuse::Error naming the region and the input.
-  void run(const std::vector<RegionInput>& inputs, std::vector<runtime::Tensor>& outputs);
+  // Training form: the moving statistics of each BatchNorm are also written into its aux
+  // inputs (in place, in MXNet's memory), and Dropout draws its masks for `step` (below
+  // kDropoutSteps; ignored without a Dropout or in the other forms).
+  void run(const std::vector<RegionInput>& inputs, std::vector<runtime::Tensor>& outputs, uint32_t step = 0);
 
   // Backward (autograd): writes into `input_grads` (one per input, in input_names() order)
   // the gradients of the region's outputs, given their head gradients `head_grads`, taken
   // at `inputs`. Inputs that get no gradient (aux states, integer inputs) get zeros. The
   // backward executable computes the forward again (the forward call's values are not kept
-  // between MXNet's two calls). MXNet's extension API tells a subgraph operator nothing of
-  // is_train, so the forward ran in inference form: a region whose training form differs
-  // (BatchNorm with batch statistics, Dropout) throws here rather than give gradients of
-  // another function than MXNet's.
+  // between MXNet's two calls): in the region's form, with the Dropout masks of `step`,
+  // which must be the step of the forward these gradients belong to. A region of unknown
+  // form whose two forms differ (BatchNorm with batch statistics, Dropout) throws here
+  // rather than give gradients of another function than MXNet's.
   void backward(const std::vector<RegionInput>& inputs, const std::vector<runtime::Tensor>& head_grads,
-                std::vector<runtime::Tensor>& input_grads);
+                std::vector<runtime::Tensor>& input_grads, uint32_t step = 0);
 
   RegionStats stats() const;
 
@@ -74,15 +103,22 @@ class Region {
     engine::Executable exe;
     std::vector<size_t> weight_inputs;  // inputs in param/aux slots: constants to exe
     std::vector<std::pair<const void*, uint64_t>> weight_seen;  // (buffer, version) last run
+    // Training form: the input each extra graph output (a new moving mean or variance, in
+    // training_mode's order) is written into.
+    std::vector<size_t> moving_stat_inputs;
   };
   using Signature = std::vector<std::pair<int, std::vector<int64_t>>>;
   static Signature signature_of(const std::vector<RegionInput>& inputs);
   ir::Graph import_for(const std::vector<RegionInput>& inputs) const;
   Compiled& compiled_for(const std::vector<RegionInput>& inputs);
   const engine::Executable& backward_for(const std::vector<RegionInput>& inputs);
+  engine::ExecutorOptions options() const;
+  runtime::Bindings bindings(const std::vector<RegionInput>& inputs, const engine::Executable& exe,
+                             uint32_t step) const;
 
   std::string json_, name_;
   std::optional<engine::AmpOptions> amp_;
+  RegionForm form_;
   std::vector<std::string> input_names_;
   mutable std::mutex mutex_;
   std::map<Signature, std::unique_ptr<Compiled>> compiled_;

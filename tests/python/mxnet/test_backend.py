@@ -157,6 +157,8 @@ def test_example_runs_through_ampfuse():
     lines = out.stdout.split("\n")
     assert lines[0] == "MXNET_AMP_FUSE=1: backend ampfuse, 1 ampfuse region(s)"
     assert float(lines[1].rsplit(" ", 1)[1]) <= 5e-2
+    losses = [float(v) for v in lines[2].split(": ")[1].split()]
+    assert len(losses) == 3 and losses[-1] < losses[0]
 
 
 def test_backend_needs_no_native_module(tmp_path):
