@@ -9,7 +9,10 @@
 // So each run looks at how long its team's threads sat on a run queue (Linux's
 // /proc/self/task/TID/schedstat) while its teams ran. When a member waited for more than a
 // quarter of that time on average, the runs after it go solo: every parallel op on the
-// calling thread, oneDNN primitives made for one thread. After a back-off (50 ms, doubling
+// calling thread, oneDNN primitives made for one thread. Results stay the same bits: fused
+// kernels compute each element alike on any thread, and a oneDNN op whose one-thread
+// primitive sums in another order than its team's (checked once, on a probe input) keeps
+// its team in solo runs. After a back-off (50 ms, doubling
 // while the probes keep waiting, at most 2 s) one run tries teams again. A run that does
 // not start a team costs nothing here: the readings are taken at its first team.
 //

@@ -16,6 +16,7 @@
 #include <array>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -769,7 +770,8 @@ bool onednn_computes_in_f32(const Node& node, std::span<const TensorType> inputs
 struct OnednnPrimitive {
   std::shared_ptr<const Entry> entry;  // entry->prepared is set
   // For runs that go solo when `entry` is made for a team: the one-thread primitive, made on
-  // first need (null when oneDNN refuses it; the team one runs then).
+  // first need (null when oneDNN refuses it or it computes other bits; the team one runs
+  // then).
   mutable std::once_flag solo_once;
   mutable std::shared_ptr<const Entry> solo;
 };
@@ -786,21 +788,71 @@ std::shared_ptr<const OnednnPrimitive> onednn_primitive(const Node& node, std::s
   return primitive;
 }
 
-// The entry a run uses: the team primitive, or in a solo run its one-thread twin.
+namespace {
+
+// Operands above this size are not probed (below): their op keeps its team.
+constexpr int64_t kProbeBytes = int64_t{256} << 20;
+
+// Whether `solo` computes `team`'s bits for `node`: both run once on the same inputs, values
+// spread over [-1, 1). oneDNN may pick another blocking or split a reduction differently
+// for one thread (it does for some convolutions and inner products), and a run's results
+// must not depend on whether it went solo. Two summation orders give other bits on such
+// inputs almost surely.
+bool same_bits(const Entry& team, const Entry& solo, const Node& node, Types in) {
+  std::vector<Tensor> inputs, team_out, solo_out;
+  int64_t bytes = 0;
+  uint64_t state = 0x9E3779B97F4A7C15ull;
+  for (const TensorType& t : in) {
+    Tensor& x = inputs.emplace_back(t);
+    for (int64_t i = 0; i < x.size(); ++i) {
+      state = state * 6364136223846793005ull + 1442695040888963407ull;
+      x.set_f64(i, static_cast<double>(state >> 11) * 0x1p-52 - 1.0);
+    }
+    bytes += x.bytes();
+  }
+  for (const TensorType& t : node.outputs) {
+    team_out.emplace_back(t);
+    solo_out.emplace_back(t);
+    bytes += 2 * team_out.back().bytes();
+  }
+  if (bytes > kProbeBytes) return false;
+  std::vector<const void*> in_ptrs;
+  for (const Tensor& x : inputs) in_ptrs.push_back(x.raw());
+  const auto run = [&](const Entry& e, std::vector<Tensor>& out) {
+    std::vector<void*> out_ptrs;
+    for (Tensor& y : out) out_ptrs.push_back(y.raw());
+    const OneThread one_thread(e.serial);
+    e.prepared->run(in_ptrs, out_ptrs, nullptr);
+  };
+  run(team, team_out);
+  run(solo, solo_out);
+  for (size_t o = 0; o < team_out.size(); ++o)
+    if (std::memcmp(team_out[o].raw(), solo_out[o].raw(), team_out[o].bytes()) != 0) return false;
+  return true;
+}
+
+}  // namespace
+
+// The entry a run uses: the team primitive, or in a solo run its one-thread twin when that
+// gives the same bits (else the team one: such an op does not switch).
 static const Entry& entry_to_run(const OnednnPrimitive& primitive, const Node& node, std::span<const Tensor> inputs) {
   const Entry& team = *primitive.entry;
   if (team.serial) return team;
-  if (!run_solo()) {
-    team_starting();
-    return team;
+  if (run_solo()) {
+    std::call_once(primitive.solo_once, [&] {
+      std::vector<TensorType> types;
+      for (const Tensor& t : inputs) types.push_back(t.type());
+      auto solo = entry_for(node, types, /*solo=*/true);
+      try {
+        if (solo->prepared && same_bits(team, *solo, node, types)) primitive.solo = std::move(solo);
+      } catch (const dnnl::error&) {
+        // The probe failed: keep the team primitive.
+      }
+    });
+    if (primitive.solo) return *primitive.solo;
   }
-  std::call_once(primitive.solo_once, [&] {
-    std::vector<TensorType> types;
-    for (const Tensor& t : inputs) types.push_back(t.type());
-    auto solo = entry_for(node, types, /*solo=*/true);
-    if (solo->prepared) primitive.solo = std::move(solo);
-  });
-  return primitive.solo ? *primitive.solo : team;
+  team_starting();
+  return team;
 }
 
 void onednn_execute(const OnednnPrimitive& primitive, const Node& node, std::span<const Tensor> inputs,

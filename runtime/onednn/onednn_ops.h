@@ -74,8 +74,9 @@ std::shared_ptr<const OnednnPrimitive> onednn_primitive(const ir::Node& node, st
 // Runs `node` through its primitive; `inputs` have the types it was made for, `outputs`
 // arrive allocated with the node's types. Thread-safe. In a run that goes solo
 // (runtime/team_policy.h) a primitive made for a team of threads is replaced by one made for
-// one thread (created on first need): oneDNN divides a primitive's work among the threads
-// it was made for, so it cannot simply run on fewer. Throws ampfuse::Error naming the
+// one thread (created on first need: oneDNN divides a primitive's work among the threads it
+// was made for, so it cannot simply run on fewer), if that one computes the same bits on a
+// probe input; otherwise the op keeps its team, so that results never depend on the choice. Throws ampfuse::Error naming the
 // node and oneDNN's status when oneDNN fails.
 void onednn_execute(const OnednnPrimitive& primitive, const ir::Node& node, std::span<const Tensor> inputs,
                     std::span<Tensor> outputs, OnednnWeightCache* weights = nullptr);
