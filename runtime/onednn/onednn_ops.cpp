@@ -799,8 +799,11 @@ constexpr int64_t kProbeBytes = int64_t{256} << 20;
 // must not depend on whether it went solo. Two summation orders give other bits on such
 // inputs almost surely.
 bool same_bits(const Entry& team, const Entry& solo, const Node& node, Types in) {
-  std::vector<Tensor> inputs, team_out, solo_out;
   int64_t bytes = 0;
+  for (const Types list : {in, Types(node.outputs)})
+    for (const TensorType& t : list) bytes += ir::num_elements(t.shape) * static_cast<int64_t>(ir::dtype_size(t.dtype));
+  if (bytes > kProbeBytes) return false;
+  std::vector<Tensor> inputs, team_out, solo_out;
   uint64_t state = 0x9E3779B97F4A7C15ull;
   for (const TensorType& t : in) {
     Tensor& x = inputs.emplace_back(t);
@@ -808,14 +811,11 @@ bool same_bits(const Entry& team, const Entry& solo, const Node& node, Types in)
       state = state * 6364136223846793005ull + 1442695040888963407ull;
       x.set_f64(i, static_cast<double>(state >> 11) * 0x1p-52 - 1.0);
     }
-    bytes += x.bytes();
   }
   for (const TensorType& t : node.outputs) {
     team_out.emplace_back(t);
     solo_out.emplace_back(t);
-    bytes += 2 * team_out.back().bytes();
   }
-  if (bytes > kProbeBytes) return false;
   std::vector<const void*> in_ptrs;
   for (const Tensor& x : inputs) in_ptrs.push_back(x.raw());
   const auto run = [&](const Entry& e, std::vector<Tensor>& out) {
@@ -831,6 +831,25 @@ bool same_bits(const Entry& team, const Entry& solo, const Node& node, Types in)
   return true;
 }
 
+// Per cache key of a team primitive: its one-thread twin, or null where there is none that
+// computes the same bits. Probed once per process.
+std::mutex g_solo_mutex;
+std::unordered_map<std::string, std::shared_ptr<const Entry>> g_solo;
+
+std::shared_ptr<const Entry> solo_twin(const Node& node, Types in, const Entry& team) {
+  const std::string key = cache_key(node, in);
+  std::lock_guard lock(g_solo_mutex);
+  if (auto it = g_solo.find(key); it != g_solo.end()) return it->second;
+  std::shared_ptr<const Entry> solo = entry_for(node, in, /*solo=*/true);
+  try {
+    if (!solo->prepared || !same_bits(team, *solo, node, in)) solo = nullptr;
+  } catch (const dnnl::error&) {
+    solo = nullptr;  // the probe failed: keep the team primitive
+  }
+  g_solo.emplace(key, solo);
+  return solo;
+}
+
 }  // namespace
 
 // The entry a run uses: the team primitive, or in a solo run its one-thread twin when that
@@ -842,12 +861,7 @@ static const Entry& entry_to_run(const OnednnPrimitive& primitive, const Node& n
     std::call_once(primitive.solo_once, [&] {
       std::vector<TensorType> types;
       for (const Tensor& t : inputs) types.push_back(t.type());
-      auto solo = entry_for(node, types, /*solo=*/true);
-      try {
-        if (solo->prepared && same_bits(team, *solo, node, types)) primitive.solo = std::move(solo);
-      } catch (const dnnl::error&) {
-        // The probe failed: keep the team primitive.
-      }
+      primitive.solo = solo_twin(node, types, team);
     });
     if (primitive.solo) return *primitive.solo;
   }
