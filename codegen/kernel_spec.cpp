@@ -5,6 +5,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <iterator>
 #include <limits>
 
 namespace ampfuse::codegen {
@@ -112,35 +115,87 @@ char stride_char(StrideClass s) {
   return '?';
 }
 
-std::string operand_key(const OperandSignature& o) {
-  std::string s = fmt::format("{}:{}", ir::dtype_name(o.dtype), layout_char(o.layout));
-  for (StrideClass c : o.strides) s += stride_char(c);
-  return s;
+// The key is written into one buffer: every compile computes it for each of a model's
+// kernels (hundreds), and a string per piece showed in compile profiles.
+using KeyBuffer = fmt::memory_buffer;
+
+void append(KeyBuffer& b, std::string_view s) { b.append(s.data(), s.data() + s.size()); }
+
+// An integer as "{}" writes it, without parsing a format string at run time.
+template <class Int>  // signed or unsigned (philox seeds are uint64)
+void append_digits(KeyBuffer& b, Int v) {
+  const fmt::format_int digits(v);
+  b.append(digits.data(), digits.data() + digits.size());
+}
+
+// " {}" (sep ' ') or ",{}" (sep ',') of an integer.
+template <class Int>
+void append_int(KeyBuffer& b, char sep, Int v) {
+  b.push_back(sep);
+  append_digits(b, v);
+}
+
+// fmt's "{:a}": C's %a ("0x1.8p+1", "-0x0p+0", "inf", "nan"). std::to_chars writes the
+// same digits without the "0x".
+void append_hex_float(KeyBuffer& b, char sep, double v) {
+  b.push_back(sep);
+  char text[64];
+  const auto [end, ec] = std::to_chars(text, text + sizeof text, v, std::chars_format::hex);
+  std::string_view t(text, ec == std::errc() ? end - text : 0);
+  if (t.starts_with('-')) {
+    b.push_back('-');
+    t.remove_prefix(1);
+  }
+  if (!t.empty() && std::isxdigit(static_cast<unsigned char>(t[0])) && !t.starts_with("inf") && !t.starts_with("nan"))
+    append(b, "0x");
+  append(b, t);
+}
+
+void operand_key(KeyBuffer& b, const OperandSignature& o) {
+  append(b, ir::dtype_name(o.dtype));
+  b.push_back(':');
+  b.push_back(layout_char(o.layout));
+  for (StrideClass c : o.strides) b.push_back(stride_char(c));
 }
 
 // Exact and compact: constants print as hex floats so that no two differ in the key only
 // by a rounding of their decimal form.
-std::string body_key(const ir::ScalarProgram& p) {
-  std::string s;
+void body_key(KeyBuffer& b, const ir::ScalarProgram& p) {
   for (const ir::ScalarInstr& i : p.instrs) {
-    s += ir::scalar_op_name(i.op);
+    append(b, ir::scalar_op_name(i.op));
     switch (i.op) {
-      case ir::ScalarOp::input: s += fmt::format(" {}", i.index); break;
-      case ir::ScalarOp::constant: s += fmt::format(" {:a}", i.value); break;
-      case ir::ScalarOp::round_to: s += fmt::format(" {} {}", i.a, ir::dtype_name(i.dtype)); break;
-      case ir::ScalarOp::philox_bits24: s += fmt::format(" {} {}", i.seed, i.offset); break;
+      case ir::ScalarOp::input: append_int(b, ' ', i.index); break;
+      case ir::ScalarOp::constant: append_hex_float(b, ' ', i.value); break;
+      case ir::ScalarOp::round_to:
+        append_int(b, ' ', i.a);
+        b.push_back(' ');
+        append(b, ir::dtype_name(i.dtype));
+        break;
+      case ir::ScalarOp::philox_bits24:
+        append_int(b, ' ', i.seed);
+        append_int(b, ' ', i.offset);
+        break;
       // The step is an operand (a run-time value); seed, offset and stride are code.
-      case ir::ScalarOp::philox_bits24_at: s += fmt::format(" {} {} {} {}", i.a, i.seed, i.offset, i.stride); break;
+      case ir::ScalarOp::philox_bits24_at:
+        append_int(b, ' ', i.a);
+        append_int(b, ' ', i.seed);
+        append_int(b, ' ', i.offset);
+        append_int(b, ' ', i.stride);
+        break;
       default: {
         const int n = ir::scalar_op_arity(i.op);
-        s += fmt::format(" {}", i.a);
-        if (n > 1) s += fmt::format(",{}", i.b);
-        if (n > 2) s += fmt::format(",{}", i.c);
+        append_int(b, ' ', i.a);
+        if (n > 1) append_int(b, ',', i.b);
+        if (n > 2) append_int(b, ',', i.c);
       }
     }
-    s += ';';
+    b.push_back(';');
   }
-  return s + fmt::format("=>{}", fmt::join(p.results, ","));
+  append(b, "=>");
+  for (size_t k = 0; k < p.results.size(); ++k) {
+    if (k) b.push_back(',');
+    append_digits(b, p.results[k]);
+  }
 }
 
 std::string layout_name(Layout l) {
@@ -159,7 +214,7 @@ int64_t KernelSpec::num_elements() const { return ir::num_elements(shape); }
 void KernelSpec::validate() const {
   if (shape.size() > static_cast<size_t>(kMaxRank))
     fail("kernel '{}': rank {} exceeds the maximum of {}", name, shape.size(), kMaxRank);
-  with_context(fmt::format("kernel '{}'", name), [&] { return ir::num_elements(shape); });
+  with_lazy_context([&] { return fmt::format("kernel '{}'", name); }, [&] { return ir::num_elements(shape); });
   if (compute != ir::DType::f32 && compute != ir::DType::f64)
     fail("kernel '{}': compute type {} is not f32 or f64", name, ir::dtype_name(compute));
   if (num_params < 0) fail("kernel '{}': negative parameter count {}", name, num_params);
@@ -220,12 +275,35 @@ KernelSignature signature(const KernelSpec& spec) {
 }
 
 std::string KernelSignature::key() const {
-  std::vector<std::string> in, out, fl;
-  for (const OperandSignature& o : inputs) in.push_back(operand_key(o));
-  for (const OperandSignature& o : outputs) out.push_back(operand_key(o));
-  for (const std::vector<int>& f : flags) fl.push_back(fmt::format("{}", fmt::join(f, ",")));
-  return fmt::format("{}|r{}{}|p{}|in {}|out {}|flags {}|{}", ir::dtype_name(compute), rank, wide_index ? "w" : "",
-                     num_params, fmt::join(in, " "), fmt::join(out, " "), fmt::join(fl, ";"), body_key(body));
+  // "<compute>|r<rank>[w]|p<params>|in <operands>|out <operands>|flags <lists>|<body>"
+  KeyBuffer b;
+  append(b, ir::dtype_name(compute));
+  append(b, "|r");
+  append_digits(b, rank);
+  if (wide_index) b.push_back('w');
+  append(b, "|p");
+  append_digits(b, num_params);
+  append(b, "|in ");
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    if (k) b.push_back(' ');
+    operand_key(b, inputs[k]);
+  }
+  append(b, "|out ");
+  for (size_t k = 0; k < outputs.size(); ++k) {
+    if (k) b.push_back(' ');
+    operand_key(b, outputs[k]);
+  }
+  append(b, "|flags ");
+  for (size_t k = 0; k < flags.size(); ++k) {
+    if (k) b.push_back(';');
+    for (size_t j = 0; j < flags[k].size(); ++j) {
+      if (j) b.push_back(',');
+      append_digits(b, flags[k][j]);
+    }
+  }
+  b.push_back('|');
+  body_key(b, body);
+  return fmt::to_string(b);
 }
 
 std::string print_kernel_spec(const KernelSpec& spec) {

@@ -70,22 +70,30 @@ ir::Graph run_graph_steps(ir::Graph g, const LowerOptions& opts, bool until_dce,
   // AMP decides from every value's type, so it infers them afresh; otherwise a typed graph
   // (an executable's usual input) keeps its types.
   std::vector<PassStep> steps = {
-      {"infer-types", [&](ir::Graph& x) { opts.amp ? ir::infer_types(x) : infer_if_untyped(x); }}};
+      {"infer-types", [&](ir::Graph& x) {
+         opts.amp ? ir::infer_types(x) : infer_if_untyped(x);
+         return true;
+       }}};
   if (opts.amp) {
     steps.push_back({"amp-convert", [&](ir::Graph& x) {
                        for (const ir::Node& n : x.nodes)
                          if (!n.is_var()) ++amp.class_counts[std::string(ir::amp_class_name(policy->node_class(n)))];
                        params_low_before = count_params_in(x, opts.amp->target);
                        amp.casts_inserted = amp_convert(x, *opts.amp);
+                       return true;
                      }});
     steps.push_back({"cast-fold", [&](ir::Graph& x) {
                        casts_before_fold = count_casts(x);
                        cast_fold(x);
+                       return true;
                      }});
     if (!opts.amp->layout.empty())
-      steps.push_back({"layout-optimize", [&](ir::Graph& x) { layout_optimize(x, opts.amp->layout); }});
+      steps.push_back({"layout-optimize", [&](ir::Graph& x) {
+                         layout_optimize(x, opts.amp->layout);
+                         return true;
+                       }});
   }
-  steps.push_back({"dce", [](ir::Graph& x) { dce(x); }});
+  steps.push_back({"dce", [](ir::Graph& x) { return dce(x); }});
   if (dump_enabled("ir")) fmt::print(stderr, "// ----- input -----\n{}", ir::print_graph(g));
   run_pipeline(g, steps);
   if (opts.amp) {
@@ -102,7 +110,10 @@ ir::Graph run_graph_steps(ir::Graph g, const LowerOptions& opts, bool until_dce,
   if (opts.training) {
     if (opts.fold_batchnorm) fail("fold_batchnorm and training exclude each other: training BatchNorm uses batch statistics");
     model_outputs = g.outputs.size();
-    run_pipeline(g, {{"training-mode", [&](ir::Graph& x) { to_training_mode(x, *opts.training); }}});
+    run_pipeline(g, {{"training-mode", [&](ir::Graph& x) {
+                        to_training_mode(x, *opts.training);
+                        return true;
+                      }}});
   }
   if (opts.backward) {
     if (opts.fold_batchnorm) fail("fold_batchnorm and backward exclude each other: folding removes the BatchNorm params");
@@ -116,14 +127,21 @@ ir::Graph run_graph_steps(ir::Graph g, const LowerOptions& opts, bool until_dce,
                         stats.forward_outputs = bg.num_forward_outputs;
                         stats.gradient_of = std::move(bg.gradient_of);
                         stats.head_grads = std::move(bg.head_grads);
+                        return true;
                       }}});
   }
   std::vector<PassStep> inference;
   if (opts.fold_batchnorm)
-    inference.push_back({"fold-batchnorm", [&](ir::Graph& x) { stats.folded_batchnorms = fold_batchnorm(x); }});
+    inference.push_back({"fold-batchnorm", [&](ir::Graph& x) {
+                           stats.folded_batchnorms = fold_batchnorm(x);
+                           return true;
+                         }});
   if (opts.computes_in_f32)
     inference.push_back(
-        {"compute-in-f32", [&](ir::Graph& x) { stats.widened_external = compute_in_f32(x, opts.computes_in_f32); }});
+        {"compute-in-f32", [&](ir::Graph& x) {
+          stats.widened_external = compute_in_f32(x, opts.computes_in_f32);
+          return stats.widened_external > 0;  // 0: the graph is untouched
+        }});
   run_pipeline(g, inference);
   return g;
 }

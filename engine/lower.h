@@ -18,8 +18,9 @@
 //   recompute        with PlannerOptions::recompute: cheap values computed again in the
 //                      kernels that read them instead of stored (engine/planning/recompute.h)
 //
-// Graph steps run through run_pipeline (engine/passes/pipeline.h): verified after each, the
-// graph dumped after each with AMPFUSE_DUMP=ir; the plan is dumped with AMPFUSE_DUMP=plan.
+// Graph steps run through run_pipeline (engine/passes/pipeline.h): verified after the first
+// and after each that changed the graph, the graph dumped after each with AMPFUSE_DUMP=ir;
+// the plan is dumped with AMPFUSE_DUMP=plan.
 // The executor (engine/execution/executor.h) takes the plan from here, lowers and compiles
 // each fused kernel and plans memory; `ampfuse dot` draws the same plan.
 #pragma once

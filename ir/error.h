@@ -26,4 +26,15 @@ decltype(auto) with_context(const std::string& prefix, Fn&& fn) {
   }
 }
 
+// As with_context, for loops over many nodes: the prefix is `label()`, called only when
+// fn() throws, so that the common case formats no string.
+template <class Label, class Fn>
+decltype(auto) with_lazy_context(Label&& label, Fn&& fn) {
+  try {
+    return std::forward<Fn>(fn)();
+  } catch (const Error& e) {
+    throw Error(std::forward<Label>(label)() + ": " + e.what());
+  }
+}
+
 }  // namespace ampfuse

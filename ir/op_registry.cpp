@@ -90,12 +90,13 @@ void OpRegistry::add(OpDef def) {
     canonical_of_alias_.emplace(alias, def.name);
   }
   std::string name = def.name;
-  ops_.emplace(std::move(name), std::move(def));
+  const auto it = ops_.emplace(std::move(name), std::move(def)).first;
+  by_name_.emplace(std::string_view(it->first), &it->second);
 }
 
 const OpDef* OpRegistry::find(std::string_view name) const {
-  auto it = ops_.find(name);
-  return it == ops_.end() ? nullptr : &it->second;
+  auto it = by_name_.find(name);
+  return it == by_name_.end() ? nullptr : it->second;
 }
 
 namespace {
@@ -197,6 +198,29 @@ Attrs complete_attrs(const OpDef& def, Attrs given) {
     given.set(spec.name, *spec.default_value);
   }
   return given;
+}
+
+bool attrs_complete(const OpDef& def, const Attrs& given) {
+  size_t declared = 0;  // attributes of `given` that def.attrs declares
+  for (const auto& [name, value] : given.values()) {
+    const AttrSpec* spec = def.find_attr(name);
+    if (!spec) {
+      if (def.open_attrs && std::holds_alternative<std::string>(value)) continue;
+      return false;
+    }
+    ++declared;
+    // complete_attrs widens these, so `given` is not complete yet.
+    if (spec->kind == AttrKind::Float && std::holds_alternative<int64_t>(value)) return false;
+    if (spec->kind == AttrKind::FloatList && std::holds_alternative<std::vector<int64_t>>(value)) return false;
+    const bool none_ok = std::holds_alternative<std::monostate>(value) && spec->default_value &&
+                         std::holds_alternative<std::monostate>(*spec->default_value);
+    if (!none_ok && !kind_matches(spec->kind, value)) return false;
+    if (const auto* s = std::get_if<std::string>(&value); s && !spec->choices.empty() &&
+        std::find(spec->choices.begin(), spec->choices.end(), *s) == spec->choices.end())
+      return false;
+  }
+  // Attribute names are unique in both, so every declared one is present when the counts agree.
+  return declared == def.attrs.size();
 }
 
 Attrs parse_attrs(const OpDef& def, const std::map<std::string, std::string>& raw) {

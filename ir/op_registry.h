@@ -23,6 +23,7 @@
 
 #include <functional>
 #include <map>
+#include <unordered_map>
 #include <optional>
 #include <span>
 #include <string>
@@ -192,6 +193,10 @@ struct OpDef {
 
 class OpRegistry {
  public:
+  OpRegistry() = default;
+  OpRegistry(const OpRegistry&) = delete;  // by_name_ points into ops_
+  OpRegistry& operator=(const OpRegistry&) = delete;
+
   // The registry with every built-in op.
   static OpRegistry& global();
 
@@ -215,6 +220,10 @@ class OpRegistry {
 
   std::map<std::string, OpDef, std::less<>> ops_;
   std::map<std::string, std::string, std::less<>> canonical_of_alias_;
+  // ops_ by hash, for find(): every pass, the verifier and the planner look an op up for
+  // each node they visit, and the sorted map's string compares showed in compile profiles.
+  // The views point into ops_'s keys, which stay put (map nodes never move).
+  std::unordered_map<std::string_view, const OpDef*> by_name_;
 };
 
 // Whether op node `n` is a cast (OpDef::is_cast); false for variables.
@@ -226,6 +235,10 @@ bool is_cast(const Node& n);
 Attrs parse_attrs(const OpDef& def, const std::map<std::string, std::string>& raw);
 // Fills defaults into already-typed attributes and checks kinds and choices.
 Attrs complete_attrs(const OpDef& def, Attrs given);
+// Whether complete_attrs(def, given) would succeed and return `given` unchanged (every
+// declared attribute present, of its declared kind, no widening left to do): the verifier's
+// check of every node after every pass, without copying the attributes.
+bool attrs_complete(const OpDef& def, const Attrs& given);
 
 // Registration entry points, one per file in ir/ops/.
 void register_elementwise_ops(OpRegistry& r);

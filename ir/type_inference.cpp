@@ -48,16 +48,19 @@ void infer_types(Graph& g) {
         if (n.outputs.empty()) missing = true;
         continue;
       }
-      const OpDef& def = with_context(node_label(g, i), [&]() -> const OpDef& { return reg.get(n.op); });
+      // Labels are formatted only for an error: this runs for every node of every graph.
+      const auto label = [&] { return node_label(g, i); };
+      const OpDef& def = with_lazy_context(label, [&]() -> const OpDef& { return reg.get(n.op); });
       InferContext ctx{n.attrs, {}, {}};
+      ctx.inputs.reserve(n.inputs.size());
       for (ValueRef in : n.inputs) {
         if (in.node < 0 || in.node >= i) fail("{}: input refers to node {}, which does not come before it", node_label(g, i), in.node);
         ctx.inputs.push_back(known_type(g, in));
       }
       ctx.outputs.resize(def.output_count(n.attrs));
-      with_context(node_label(g, i), [&] { def.infer(ctx); });
+      with_lazy_context(label, [&] { def.infer(ctx); });
       for (size_t k = 0; k < n.inputs.size(); ++k)
-        if (ctx.inputs[k]) with_context(node_label(g, i), [&] { refine_producer(g, n.inputs[k], *ctx.inputs[k], i); });
+        if (ctx.inputs[k]) with_lazy_context(label, [&] { refine_producer(g, n.inputs[k], *ctx.inputs[k], i); });
       std::vector<TensorType> outs;
       for (size_t k = 0; k < ctx.outputs.size(); ++k) {
         if (!ctx.outputs[k]) {
@@ -79,7 +82,7 @@ void infer_types(Graph& g) {
     const Node& n = g.nodes[i];
     // A tensor holds at most 2^63 - 1 elements (sizes are int64 everywhere): a graph with a
     // larger value is refused here, by info as by run, not later by whatever allocates it.
-    for (const TensorType& t : n.outputs) with_context(node_label(g, i), [&] { num_elements(t.shape); });
+    for (const TensorType& t : n.outputs) with_lazy_context([&] { return node_label(g, i); }, [&] { num_elements(t.shape); });
     if (n.outputs.empty()) {
       if (n.is_var())
         fail("{}: the shape of variable '{}' is unknown: give it (--shape {}=...) or use it where it can be inferred",

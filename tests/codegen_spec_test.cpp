@@ -154,6 +154,68 @@ TEST(CodegenSpec, CacheKeySeesStructure) {
   EXPECT_NE(flagged.cache_key(), base);
 }
 
+// The key is the disk cache's key text too: written piece by piece into one buffer (it is
+// computed for every kernel of every compile), it must spell exactly what the format
+// strings below spell, the form the cache's entries were keyed by before.
+std::string reference_key(const codegen::KernelSignature& s) {
+  const auto operand = [](const codegen::OperandSignature& o) {
+    std::string k = fmt::format("{}:{}", ir::dtype_name(o.dtype),
+                                o.layout == Layout::contiguous ? 'c' : o.layout == Layout::scalar ? 's' : 'g');
+    for (StrideClass c : o.strides) k += c == StrideClass::zero ? '0' : c == StrideClass::unit ? '1' : 'n';
+    return k;
+  };
+  std::vector<std::string> in, out, fl;
+  for (const auto& o : s.inputs) in.push_back(operand(o));
+  for (const auto& o : s.outputs) out.push_back(operand(o));
+  for (const auto& f : s.flags) fl.push_back(fmt::format("{}", fmt::join(f, ",")));
+  std::string body;
+  for (const ir::ScalarInstr& i : s.body.instrs) {
+    body += ir::scalar_op_name(i.op);
+    switch (i.op) {
+      case ir::ScalarOp::input: body += fmt::format(" {}", i.index); break;
+      case ir::ScalarOp::constant: body += fmt::format(" {:a}", i.value); break;
+      case ir::ScalarOp::round_to: body += fmt::format(" {} {}", i.a, ir::dtype_name(i.dtype)); break;
+      case ir::ScalarOp::philox_bits24: body += fmt::format(" {} {}", i.seed, i.offset); break;
+      case ir::ScalarOp::philox_bits24_at: body += fmt::format(" {} {} {} {}", i.a, i.seed, i.offset, i.stride); break;
+      default: {
+        const int n = ir::scalar_op_arity(i.op);
+        body += fmt::format(" {}", i.a);
+        if (n > 1) body += fmt::format(",{}", i.b);
+        if (n > 2) body += fmt::format(",{}", i.c);
+      }
+    }
+    body += ';';
+  }
+  body += fmt::format("=>{}", fmt::join(s.body.results, ","));
+  return fmt::format("{}|r{}{}|p{}|in {}|out {}|flags {}|{}", ir::dtype_name(s.compute), s.rank,
+                     s.wide_index ? "w" : "", s.num_params, fmt::join(in, " "), fmt::join(out, " "),
+                     fmt::join(fl, ";"), body);
+}
+
+TEST(CodegenSpec, CacheKeySpellsEveryPieceAsItsFormatWould) {
+  ScalarBuilder b(3);  // two operands and a parameter
+  const auto x = b.input(0), y = b.input(1);
+  const auto scaled = b.mul(b.add(x, b.constant(-0.0)), b.mul(b.input(2), b.constant(-2.5)));
+  const auto tiny = b.add(scaled, b.constant(4.9e-324));        // subnormal: "0x0.0000000000001p-1022"
+  const auto big = b.mul(tiny, b.constant(1.7976931348623157e308));
+  const auto noisy = b.add(big, b.philox_bits24_at(y, 0xfedcba9876543210ull, 12345678901234567890ull, 3));
+  const auto picked = b.select(b.binary(ir::ScalarOp::max, x, y), noisy, b.philox_bits24(1, 2));
+  KernelSpec spec = dense_spec("k", b.finish({b.round_to(picked, DType::bf16), b.constant(0.1)}),
+                               {DType::f32, DType::bf16}, {DType::f32, DType::f32}, {3, 4}, /*num_params=*/1);
+  spec.inputs[1].strides = {0, int64_t{1} << 32};  // strided, broadcast, past 2^31: rank and "w"
+  spec.flags = {{"a", {0, 2}}, {"b", {3}}};
+  const codegen::KernelSignature sig = codegen::signature(spec);
+  ASSERT_TRUE(sig.wide_index);
+  EXPECT_EQ(spec.cache_key(), reference_key(sig));
+  EXPECT_NE(spec.cache_key().find("|r2w|p1|in f32:c bf16:g0n|out f32:c f32:c|flags 0,2;3|"), std::string::npos)
+      << spec.cache_key();
+  EXPECT_NE(spec.cache_key().find("const 0x0.0000000000001p-1022;"), std::string::npos) << spec.cache_key();
+
+  // And the plain kernels of the other tests.
+  EXPECT_EQ(add_spec({4, 8}).cache_key(), reference_key(codegen::signature(add_spec({4, 8}))));
+  EXPECT_EQ(nchw_to_nhwc(1, 3, 5, 7).cache_key(), reference_key(codegen::signature(nchw_to_nhwc(1, 3, 5, 7))));
+}
+
 TEST(CodegenSpec, CacheKeySeesIndexWidth) {
   // The input's offsets reach past 2^31 although the iteration space is small.
   KernelSpec narrow = add_spec({2, 3}), wide = add_spec({2, 3});

@@ -47,7 +47,8 @@ ir::Shape operand_shape(const Graph& g, int32_t n, size_t i) {
   const Node& node = g.nodes[n];
   const ir::Shape& in = g.type(node.inputs[i]).shape;
   const ir::OpDef& def = ir::OpRegistry::global().get(node.op);
-  if (fusion_role(node) == FusionRole::elementwise && def.broadcast_view)
+  // broadcast_view first: few ops have one, and fusion_role looks the op up again.
+  if (def.broadcast_view && fusion_role(node) == FusionRole::elementwise)
     return def.broadcast_view(node.attrs, i, in, node.outputs[0].shape);
   return in;
 }

@@ -30,7 +30,7 @@ void fill_input(InferContext& ctx, size_t i, std::string_view slot, const Tensor
 
 void fill_float_input(InferContext& ctx, size_t i, std::string_view slot, const TensorType& want) {
   if (const TensorType* t = known_input(ctx, i)) {
-    require_float(*t, fmt::format("input {} ({})", i, slot));
+    if (!is_float(t->dtype)) require_float(*t, fmt::format("input {} ({})", i, slot));  // formats only to fail
     fill_input(ctx, i, slot, TensorType{t->dtype, want.shape});
     return;
   }

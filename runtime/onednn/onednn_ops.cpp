@@ -726,10 +726,23 @@ Entry make_entry(const Node& n, Types in, bool solo) {
 }
 
 std::string cache_key(const Node& n, Types in) {
+  // Appended piece by piece (no format call per piece): every compile looks up each
+  // external node here twice.
   std::string key = n.op;
-  for (const auto& [name, v] : n.attrs.values()) key += fmt::format(";{}={}", name, ir::format_ir_attr(v));
-  for (const TensorType& t : in) key += fmt::format(";{}", ir::type_str(t));
-  for (const TensorType& t : n.outputs) key += fmt::format(";->{}", ir::type_str(t));
+  for (const auto& [name, v] : n.attrs.values()) {
+    key += ';';
+    key += name;
+    key += '=';
+    key += ir::format_ir_attr(v);
+  }
+  for (const TensorType& t : in) {
+    key += ';';
+    key += ir::type_str(t);
+  }
+  for (const TensorType& t : n.outputs) {
+    key += ";->";
+    key += ir::type_str(t);
+  }
   return key;
 }
 
