@@ -268,22 +268,24 @@ def score_output(wants):
     GluonCV's detectors return (ids, scores, boxes[, masks]), each (B, N, ...), the rows
     sorted by score, highest first, and rows they drop filled with -1 at the end. The score
     output is the (B, N, 1) one whose values are non-increasing along N over its rows >= 0
-    (of several such, the one with the most distinct values: ids can be sorted by chance)."""
+    (ids can be sorted by chance: of several such, one holding fractions before one of whole
+    numbers, then the one with the most distinct values)."""
     if len(wants) < 2 or wants[0].ndim < 3 or wants[0].shape[1] < 2:
         return None
     lead = wants[0].shape[:2]
     if any(w.ndim < 3 or w.shape[:2] != lead for w in wants):
         return None
-    best, best_distinct = None, 0
+    best, best_key = None, None
     for k, w in enumerate(wants):
         if w.shape[2:] != (1,):
             continue
         s = w[..., 0]
         if not all(np.all(np.diff(row[row >= 0]) <= 0) for row in s):
             continue
-        distinct = len(np.unique(s))
-        if distinct > best_distinct:
-            best, best_distinct = k, distinct
+        finite = s[np.isfinite(s)]
+        key = (bool(np.any(finite != np.round(finite))), len(np.unique(s)))
+        if best_key is None or key > best_key:
+            best, best_key = k, key
     return best
 
 
