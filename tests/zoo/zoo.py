@@ -296,7 +296,8 @@ def reorder_near_ties(gots, wants, tol):
     (consecutive in MXNet's order): each output may be off by tol, so their order is not
     determined, and a sort or NMS of ampfuse's values may put them in any order. Within a
     group, each MXNet row takes the closest of ampfuse's rows not yet taken (over the outputs
-    with at most 16 values a row). Returns the reordered outputs and how many rows moved."""
+    with at most 16 values a row), where that brings the group's rows closer than ampfuse's
+    own order does. Returns the reordered outputs and how many rows moved."""
     k = score_output(wants)
     if k is None:
         return gots, 0
@@ -321,7 +322,8 @@ def reorder_near_ties(gots, wants, tol):
                     c = int(np.argmin(np.where(free, dist[r], np.inf)))
                     order.append(c)
                     free[c] = False
-                if order != list(range(end - start)):
+                identity = float(np.max(np.diag(dist)))
+                if order != list(range(end - start)) and float(np.max(dist[np.arange(end - start), order])) < identity:
                     moved += sum(o != r for r, o in enumerate(order))
                     for i in range(len(gots)):
                         gots[i][b, rows] = gots[i][b, start + np.array(order)]
