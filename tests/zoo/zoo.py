@@ -16,8 +16,8 @@ For each architecture of GluonCV 0.10.5 (gluoncv.model_zoo.get_model_list()):
 Every step is cached in OUT/NAME (the export for good; the ampfuse results until the
 ampfuse binary or this script's comparison changes), so a rerun does only what is new.
 Outputs that are rows ranked by a score (GluonCV's detectors) may come in another order
-where MXNet's scores of the rows are within twice the tolerance of each other (a near-tie). Prints one table and writes
-OUT/summary.md (the table, and the failures grouped by the op ampfuse refuses or by the
+where MXNet's scores of the rows are within twice the tolerance of each other (a near-tie);
+docs/model_zoo.md, "How outputs are compared". Prints one table and writes OUT/summary.md (the table, and the failures grouped by the op ampfuse refuses or by the
 first error) and OUT/results.csv (one row a model).
 
 Run it with the Python of a virtual environment holding mxnet==1.9.1, numpy<1.24 and
