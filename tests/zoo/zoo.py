@@ -13,8 +13,9 @@ For each architecture of GluonCV 0.10.5 (gluoncv.model_zoo.get_model_list()):
               decides it at this input, and it is counted as such, not as a match);
   4. bf16     `ampfuse run --amp bf16` against MXNet's f32 output, within
               max(BF16_TOL, 2 x the error of MXNet's own bf16 AMP run) of the largest |value|.
-Every step is cached in OUT/NAME (the export until the exporter's weights change; the ampfuse results until the
-ampfuse binary or this script's comparison changes), so a rerun does only what is new.
+Every step is cached in OUT/NAME (the export until the exporter's weights change, the
+ampfuse results until the ampfuse binary or this script's comparison changes), so a rerun
+does only what is new.
 Outputs that are rows ranked by a score (GluonCV's detectors) may come in another order
 where MXNet's scores of the rows are within twice the tolerance of each other (a near-tie);
 docs/model_zoo.md, "How outputs are compared". Prints one table and writes
