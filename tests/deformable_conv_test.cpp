@@ -5,6 +5,7 @@
 // AMP class.
 #include "engine/execution/executor.h"
 #include "engine/lower.h"
+#include "engine/passes/autodiff.h"
 #include "ir/builder.h"
 #include "ir/op_registry.h"
 #include "runtime/interpreter.h"
@@ -164,6 +165,14 @@ TEST(DeformableConv, AmpKeepsItInF32) {
     EXPECT_EQ(n.outputs.at(0).dtype, DType::f32);
   }
   EXPECT_EQ(seen, 1);
+}
+
+// No gradient rule (MXNet 1.9.1's CPU backward is "only implemented in GPU"): differentiating
+// through it is an error naming the node.
+TEST(DeformableConv, DifferentiatingThroughItNamesTheNode) {
+  const Case c = read_case(load_cases().at(0));
+  EXPECT_ERROR(engine::build_backward(c.graph, {.wrt = {"data"}}), "'dcn'");
+  EXPECT_ERROR(engine::build_backward(c.graph, {.wrt = {"data"}}), "has no gradient rule yet");
 }
 
 }  // namespace
