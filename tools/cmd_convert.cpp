@@ -13,7 +13,6 @@
 
 #include <fstream>
 #include <memory>
-#include <ranges>
 
 namespace ampfuse::tools {
 
@@ -36,26 +35,35 @@ struct ConvertOptions {
 // names the inputs to give --shape for.
 ConvertedModel convert_model_file(const std::string& path, const std::map<std::string, ir::Shape>& shapes,
                                   const engine::AmpOptions& amp, const ParamsFile* params) {
+  // The inputs typed with the placeholder that --shape does not type anyway.
+  auto placeholder_typed = [&](const std::map<std::string, std::string>& open_hints) {
+    std::vector<std::string> names;
+    for (const auto& [name, _] : open_hints)
+      if (!shapes.count(name)) names.push_back(name);
+    return names;
+  };
   auto convert_with = [&](int64_t placeholder, std::map<std::string, std::string>& open_hints) {
     std::set<std::string> unreached;
     ir::Graph g = load_model_file_with_placeholder(path, &unreached, placeholder, &open_hints);
-    if (open_hints.empty()) return convert_model(std::move(g), unreached, shapes, amp, params);
+    const std::vector<std::string> open = placeholder_typed(open_hints);
+    if (open.empty()) return convert_model(std::move(g), unreached, shapes, amp, params, open_hints);
     try {
       return convert_model(std::move(g), unreached, shapes, amp, params, open_hints);
     } catch (const Error& e) {
       fail("{} (with the open extents of the __shape__ hints of {} set to {}: give their shapes, --shape "
            "NAME=D0,D1,...)",
-           e.what(), fmt::join(std::views::keys(open_hints), ", "), placeholder);
+           e.what(), fmt::join(open, ", "), placeholder);
     }
   };
   std::map<std::string, std::string> open_hints;
   ConvertedModel c = convert_with(1, open_hints);
-  if (open_hints.empty()) return c;
+  const std::vector<std::string> open = placeholder_typed(open_hints);
+  if (open.empty()) return c;
   std::map<std::string, std::string> again;
   if (convert_with(2, again).json != c.json)
     fail("the converted model depends on the extents that the __shape__ hints of {} leave open: give their "
          "shapes (--shape NAME=D0,D1,...)",
-         fmt::join(std::views::keys(open_hints), ", "));
+         fmt::join(open, ", "));
   return c;
 }
 
