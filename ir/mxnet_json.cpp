@@ -430,6 +430,12 @@ class Importer {
         std::optional<DType> dtype = read_dtype_hint(v);
         if (auto s = opts_.input_shapes.find(v.name); s != opts_.input_shapes.end()) shape = s->second;
         if (auto t = opts_.input_dtypes.find(v.name); t != opts_.input_dtypes.end()) dtype = t->second;
+        if (shape && !fully_known(*shape) && opts_.open_extent_placeholder && v.role == VarRole::input &&
+            !opts_.input_shapes.count(v.name)) {
+          if (opts_.open_shape_hints) (*opts_.open_shape_hints)[v.name] = v.hints.at("__shape__");
+          for (int64_t& d : *shape)
+            if (d == kUnknownExtent) d = *opts_.open_extent_placeholder;
+        }
         if (!shape || !fully_known(*shape)) return;
         num_elements(*shape);  // rejects negative extents and overflow from the options
         v.outputs = {TensorType{dtype.value_or(DType::f32), *shape}};

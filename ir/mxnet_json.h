@@ -22,6 +22,12 @@ struct MxnetImportOptions {
   // import drops them (MXNet's symbol holds only what its heads reach); input_shapes and
   // input_dtypes may name them, as MXNet's bind accepts shapes of names it does not use.
   std::set<std::string>* unreached_variables = nullptr;
+  // Where set, an input whose __shape__ hint leaves extents open (0 in a 1.x file, -1 in a
+  // numpy-shape one) and that input_shapes does not name is typed with this extent in
+  // their place, and `open_shape_hints` (if set) receives its hint as the file spells it.
+  // For `ampfuse convert`, whose result does not depend on them (tools/model_steps.h).
+  std::optional<int64_t> open_extent_placeholder;
+  std::map<std::string, std::string>* open_shape_hints = nullptr;
 };
 
 // Reads every MXNet version's format: attributes under "attrs", "attr" or "param";

@@ -5,6 +5,9 @@
 
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <iterator>
+
 namespace ampfuse {
 namespace {
 
@@ -35,6 +38,55 @@ TEST(CliConvert, WritesMxnetJsonThatReimportsAndReportsCounts) {
   const CliResult text_report = run_cli(fmt::format("convert '{}' --shape data=35,1 --shape softmax_label=35 --amp fp16 -o '{}'", model, out));
   ASSERT_EQ(text_report.status, 0) << text_report.err;
   EXPECT_NE(text_report.out.find("casts:"), std::string::npos) << text_report.out;
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream f(path);
+  return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+}
+
+// An input whose __shape__ hint leaves the batch open ("(0, 3)" in a 1.x file) needs no
+// --shape: the converted graph does not depend on it (as MXNet's convert_symbol asks for no
+// shapes). The result keeps the hint as the model had it, with or without --shape.
+TEST(CliConvert, OpenHintExtentsNeedNoShape) {
+  const std::string model = std::string(AMPFUSE_TESTDATA_DIR) + "/mxnet/open_extent_dense.json";
+  testing::ScopedTempDir dir;
+  const std::string plain = dir.file("plain.json"), with_shape = dir.file("shaped.json");
+  const CliResult r = run_cli(fmt::format("convert '{}' --amp bf16 -o '{}' --json", model, plain));
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(parse_json(r)["op_classes"]["lowp"].get<int>(), 1);  // the FullyConnected
+  ASSERT_EQ(run_cli(fmt::format("convert '{}' --shape data=7,3 --amp bf16 -o '{}'", model, with_shape)).status, 0);
+  const std::string text = read_text(plain);
+  EXPECT_EQ(text, read_text(with_shape));  // --shape changes nothing but what it checks
+  const ir::Graph back = ir::load_mxnet_json_file(plain, {.infer = false});
+  const ir::Node& data = back.nodes.at(static_cast<size_t>(*back.find_var("data")));
+  EXPECT_EQ(data.hints.at("__shape__"), "(0, 3)");
+  EXPECT_TRUE(data.outputs.empty());
+  // The weights' shapes do not depend on the batch: written, as before.
+  EXPECT_NE(text.find("\"__shape__\": \"(4, 3)\""), std::string::npos) << text;
+  // It runs at any batch.
+  const CliResult run = run_cli(fmt::format("run '{}' --shape data=5,3 --no-baseline --repeat 1 --json", plain));
+  EXPECT_EQ(run.status, 0) << run.err;
+}
+
+// Where the graph does depend on the open extent, convert says which input to give.
+TEST(CliConvert, OpenHintExtentsThatMatterAskForShape) {
+  testing::ScopedTempDir dir;
+  const std::string data = std::string(AMPFUSE_TESTDATA_DIR) + "/mxnet/";
+  // A Reshape to (2, 6) needs 12 elements: the batch must be 4.
+  expect_clean_error(run_cli(fmt::format("convert '{}' --amp bf16 -o '{}'", data + "open_extent_reshape.json", dir.file("r.json"))),
+                     "with the open extents of the __shape__ hints of data set to 1: give their shapes");
+  ASSERT_EQ(run_cli(fmt::format("convert '{}' --shape data=4,3 --amp bf16 -o '{}'", data + "open_extent_reshape.json",
+                                dir.file("r.json")))
+                .status,
+            0);
+  // A _zeros of shape (0, 3) cast for a FullyConnected gets the inferred batch written in:
+  // the result depends on the batch, so it must be given.
+  expect_clean_error(run_cli(fmt::format("convert '{}' --amp bf16 -o '{}'", data + "open_extent_zeros.json", dir.file("z.json"))),
+                     "the converted model depends on the extents that the __shape__ hints of data leave open");
+  // No hint at all: the rank is unknown too.
+  expect_clean_error(run_cli(fmt::format("convert '{}' --amp bf16 -o '{}'", data + "three_activations.json", dir.file("m.json"))),
+                     "the shape of x is unknown: give --shape x=D0,D1,...");
 }
 
 TEST(CliConvert, BadOptionsAreNamed) {

@@ -27,6 +27,46 @@ struct ConvertOptions {
   bool json = false;
 };
 
+// The converted graph does not depend on the batch, nor on any extent a model's __shape__
+// hint leaves open (MXNet's convert_symbol asks for no shapes): such an input needs no
+// --shape. It is converted with the open extents set to 1 and again set to 2; the two
+// results must be the same file (then nothing depends on those extents), which keeps the
+// hint as the model had it. A graph that cannot be typed so, or whose result differs,
+// names the inputs to give --shape for.
+ConvertedModel convert_model_file(const std::string& path, const std::map<std::string, ir::Shape>& shapes,
+                                  const engine::AmpOptions& amp, const ParamsFile* params) {
+  // The inputs typed with the placeholder that --shape does not type anyway.
+  auto placeholder_typed = [&](const std::map<std::string, std::string>& open_hints) {
+    std::vector<std::string> names;
+    for (const auto& [name, _] : open_hints)
+      if (!shapes.count(name)) names.push_back(name);
+    return names;
+  };
+  auto convert_with = [&](int64_t placeholder, std::map<std::string, std::string>& open_hints) {
+    std::set<std::string> unreached;
+    ir::Graph g = load_model_file_with_placeholder(path, &unreached, placeholder, &open_hints);
+    const std::vector<std::string> open = placeholder_typed(open_hints);
+    if (open.empty()) return convert_model(std::move(g), unreached, shapes, amp, params, open_hints);
+    try {
+      return convert_model(std::move(g), unreached, shapes, amp, params, open_hints);
+    } catch (const Error& e) {
+      fail("{} (with the open extents of the __shape__ hints of {} set to {}: give their shapes, --shape "
+           "NAME=D0,D1,...)",
+           e.what(), fmt::join(open, ", "), placeholder);
+    }
+  };
+  std::map<std::string, std::string> open_hints;
+  ConvertedModel c = convert_with(1, open_hints);
+  const std::vector<std::string> open = placeholder_typed(open_hints);
+  if (open.empty()) return c;
+  std::map<std::string, std::string> again;
+  if (convert_with(2, again).json != c.json)
+    fail("the converted model depends on the extents that the __shape__ hints of {} leave open: give their "
+         "shapes (--shape NAME=D0,D1,...)",
+         fmt::join(open, ", "));
+  return c;
+}
+
 int run_convert(const ConvertOptions& o) {
   if (o.amp.amp != "bf16" && o.amp.amp != "fp16")
     fail("--amp {}: expected bf16 or fp16 (convert writes a low-precision model)", o.amp.amp);
@@ -35,9 +75,7 @@ int run_convert(const ConvertOptions& o) {
   const std::map<std::string, ir::Shape> shapes = parse_shape_args(o.shapes);
   const std::optional<ParamsFile> params =
       o.params.empty() ? std::nullopt : std::optional<ParamsFile>(read_params_file(o.params));
-  std::set<std::string> unreached;
-  const ConvertedModel c = convert_model(load_model_file(o.model, &unreached), unreached, shapes, *amp,
-                                         params ? &*params : nullptr);
+  const ConvertedModel c = convert_model_file(o.model, shapes, *amp, params ? &*params : nullptr);
   const ir::Graph& converted = c.graph;
   const engine::AmpStats& stats = c.stats;
   const size_t op_nodes_before = c.nodes_before;

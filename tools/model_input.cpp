@@ -81,6 +81,16 @@ ir::Graph load_model_file(const std::string& path, std::set<std::string>* unreac
   return ir::load_mxnet_json_file(path, opts);
 }
 
+ir::Graph load_model_file_with_placeholder(const std::string& path, std::set<std::string>* unreached,
+                                           int64_t placeholder, std::map<std::string, std::string>* open_hints) {
+  ir::MxnetImportOptions opts;
+  opts.infer = false;
+  opts.unreached_variables = unreached;
+  opts.open_extent_placeholder = placeholder;
+  opts.open_shape_hints = open_hints;
+  return ir::load_mxnet_json_file(path, opts);
+}
+
 void set_variable_types(ir::Graph& g, const std::map<std::string, ir::TensorType>& types) {
   for (const auto& [name, type] : types) variable(g, name).outputs = {type};
 }

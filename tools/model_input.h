@@ -25,6 +25,11 @@ std::map<std::string, std::string> parse_input_args(const std::vector<std::strin
 // file's variables it dropped (set_variable_shapes accepts and ignores them, as MXNet's
 // bind accepts shapes it does not use).
 ir::Graph load_model_file(const std::string& path, std::set<std::string>* unreached = nullptr);
+// As load_model_file, but an input whose __shape__ hint leaves extents open is typed with
+// `placeholder` in their place, its hint as the file spells it put in `open_hints`
+// (`ampfuse convert`: MxnetImportOptions::open_extent_placeholder).
+ir::Graph load_model_file_with_placeholder(const std::string& path, std::set<std::string>* unreached,
+                                           int64_t placeholder, std::map<std::string, std::string>* open_hints);
 
 // The same for JSON text; errors name `source_name` in place of a file.
 ir::Graph load_model_text(std::string_view json_text, std::string_view source_name,

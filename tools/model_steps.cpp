@@ -26,11 +26,17 @@ std::map<std::string, std::optional<ir::TensorType>> input_types_of_file(const i
 // the amp_cast that reads it). Weights keep their types: shapes that do not depend on the
 // batch, and the dtype a weight is stored in (as MXNet's convert_model marks the weights it
 // casts).
-ir::Graph with_file_input_hints(ir::Graph g, const std::map<std::string, std::optional<ir::TensorType>>& file_types) {
+// An input typed with a placeholder for its hint's open extents gets that hint back.
+ir::Graph with_file_input_hints(ir::Graph g, const std::map<std::string, std::optional<ir::TensorType>>& file_types,
+                                const std::map<std::string, std::string>& open_hints) {
   for (ir::Node& n : g.nodes) {
     if (!n.is_var() || n.role != ir::VarRole::input) continue;
     const auto it = file_types.find(n.name);
-    if (it != file_types.end() && it->second) {
+    if (const auto open = open_hints.find(n.name); open != open_hints.end() && !n.outputs.empty()) {
+      n.hints["__shape__"] = open->second;
+      n.hints["__dtype__"] = std::to_string(ir::mxnet_flag_of(n.outputs[0].dtype));
+      n.outputs.clear();
+    } else if (it != file_types.end() && it->second) {
       n.outputs = {*it->second};
     } else if (!n.outputs.empty()) {
       n.hints["__dtype__"] = std::to_string(ir::mxnet_flag_of(n.outputs[0].dtype));
@@ -103,7 +109,7 @@ PlanSummary summarize_plan(const engine::Executable& exe, bool fused, double col
 
 ConvertedModel convert_model(ir::Graph g, const std::set<std::string>& unreached,
                              const std::map<std::string, ir::Shape>& shapes, const engine::AmpOptions& amp,
-                             const ParamsFile* params) {
+                             const ParamsFile* params, const std::map<std::string, std::string>& open_hints) {
   check_excluded_nodes(std::optional<engine::AmpOptions>(amp), g);
   const auto file_types = input_types_of_file(g);
   with_context("--shape", [&] { set_variable_shapes(g, shapes, unreached); });
@@ -112,7 +118,7 @@ ConvertedModel convert_model(ir::Graph g, const std::set<std::string>& unreached
   ConvertedModel c;
   c.nodes_before = g.nodes.size();
   c.graph = engine::convert_for_amp(std::move(g), amp, &c.stats);
-  c.json = ir::export_mxnet_json(with_file_input_hints(c.graph, file_types));
+  c.json = ir::export_mxnet_json(with_file_input_hints(c.graph, file_types, open_hints));
   return c;
 }
 

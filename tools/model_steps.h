@@ -40,8 +40,11 @@ struct ConvertedModel {
 };
 // `g` as load_model_file / load_model_text give it (untyped), typed with `shapes`, checked
 // against `params` where given, converted. Throws ampfuse::Error as the CLI reports it.
+// `open_hints`: inputs load_model_file_with_placeholder typed with a placeholder extent,
+// written with the hint the file had.
 ConvertedModel convert_model(ir::Graph g, const std::set<std::string>& unreached,
                              const std::map<std::string, ir::Shape>& shapes, const engine::AmpOptions& amp,
-                             const ParamsFile* params = nullptr);
+                             const ParamsFile* params = nullptr,
+                             const std::map<std::string, std::string>& open_hints = {});
 
 }  // namespace ampfuse::tools

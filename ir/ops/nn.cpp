@@ -55,6 +55,7 @@ void register_nn_ops(OpRegistry& r) {
   nn::register_ordering_ops(r);
   nn::register_loss_linalg_ops(r);
   nn::register_adaptive_pool_ops(r);
+  nn::register_deformable_conv_ops(r);
   nn::register_loss_backward_ops(r);
   nn::register_nn_backward_ops(r);
   r.add(make_custom_op_def());

@@ -22,6 +22,7 @@ void register_zoo_norm_ops(OpRegistry& r);     // InstanceNorm, GroupNorm, L2Nor
 void register_ordering_ops(OpRegistry& r);     // norm, nansum, argmax..., topk, sort, argsort
 void register_loss_linalg_ops(OpRegistry& r);  // regression outputs, MakeLoss, _linalg_gemm*
 void register_adaptive_pool_ops(OpRegistry& r);  // _contrib_AdaptiveAvgPooling2D
+void register_deformable_conv_ops(OpRegistry& r);  // _contrib_ModulatedDeformableConvolution
 void register_loss_backward_ops(OpRegistry& r);  // _backward_softmax, _backward_SoftmaxOutput, norms
 
 // The gradient rule of a normalization (data, gamma, beta) -> y [, mean, std]: one

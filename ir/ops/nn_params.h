@@ -9,6 +9,7 @@
 #include "ir/attrs.h"
 #include "ir/dtype.h"
 
+#include <array>
 #include <cstdint>
 #include <string_view>
 #include <utility>
@@ -46,6 +47,14 @@ struct ConvGeometry {
   Shape output_shape() const;  // in the data's layout
 };
 ConvGeometry conv_geometry(const Attrs& a, const Shape& data, bool deconv);
+
+// _contrib_ModulatedDeformableConvolution (ir/ops/nn_deformable_conv.cpp): 2-d, NCHW, with
+// MXNet's defaults filled in (stride and dilate 1, pad 0) and its checks applied.
+struct DeformableConvGeometry {
+  int64_t batch = 0, in_channels = 0, out_channels = 0, groups = 1, deformable_groups = 1;
+  std::array<int64_t, 2> in_size{}, out_size{}, kernel{}, stride{}, dilate{}, pad{};
+};
+DeformableConvGeometry deformable_conv_geometry(const Attrs& a, const Shape& data);
 
 enum class PoolType : uint8_t { max, avg, sum, lp };
 

@@ -17,6 +17,7 @@ void register_zoo_norm_kernels();  // InstanceNorm, GroupNorm, L2Normalization, 
 void register_ordering_kernels();  // argmax..., norm, nansum, nanprod, topk, sort, argsort
 void register_linalg_kernels();    // _linalg_gemm2, _linalg_gemm
 void register_adaptive_pool_kernels();  // _contrib_AdaptiveAvgPooling2D
+void register_deformable_conv_kernels();  // _contrib_ModulatedDeformableConvolution
 void register_loss_backward_kernels();  // _backward_softmax, _backward_SoftmaxOutput, norms
 void register_custom_op_kernel();  // Custom, dispatching on op_type
 void register_nn_backward_kernels();  // _backward_Convolution_weight, _backward_Pooling...

@@ -16,6 +16,7 @@ void register_nn_kernels() {
   ref::register_ordering_kernels();
   ref::register_linalg_kernels();
   ref::register_adaptive_pool_kernels();
+  ref::register_deformable_conv_kernels();
   ref::register_loss_backward_kernels();
   ref::register_nn_backward_kernels();
   ref::register_custom_op_kernel();

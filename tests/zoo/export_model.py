@@ -64,17 +64,33 @@ def get_net(name):
         return get_model(name, pretrained=False)
 
 
+# Bumped when the weights an export draws change; zoo.py exports a model again when its
+# export.json has an older one. 2: BatchNorm statistics as BatchNorm initializes them.
+INIT_VERSION = 2
+
+
 class RandomInit:
     """Xavier for weights of two or more dimensions, Gluon's uniform(0.07) otherwise.
 
-    Some GluonCV blocks name 1-D parameters so that Xavier gets them (and refuses)."""
+    Some GluonCV blocks name 1-D parameters so that Xavier gets them (and refuses).
+    Gluon passes this initializer as the `__init__` of every parameter without its own, so
+    the moving statistics of BatchNorms built through the symbol API (SSD's feature
+    expanders, the FPN of Mask/Faster R-CNN) come here too: they get what BatchNorm gives
+    them (mean 0, variance 1) and what their symbol's `__init__` attribute says. A uniform
+    (-0.07, 0.07) variance is negative for half the channels: sqrt(var + eps) is NaN there,
+    which MXNet's oneDNN ReLU turns into 0 and its reference ReLU (and ampfuse's) keeps, so
+    such a model compares two NaN conventions, not two computations (init version 1)."""
 
     def __new__(cls):
         import mxnet as mx
 
         class _Init(mx.init.Xavier):
             def _init_weight(self, name, arr):
-                if len(arr.shape) < 2:
+                if name.endswith(("moving_var", "running_var")):
+                    arr[:] = 1
+                elif name.endswith(("moving_mean", "running_mean")):
+                    arr[:] = 0
+                elif len(arr.shape) < 2:
                     arr[:] = mx.nd.random.uniform(-0.07, 0.07, shape=arr.shape)
                 else:
                     super()._init_weight(name, arr)
@@ -85,7 +101,7 @@ class RandomInit:
 def export_one(name, out_dir, h, w):
     os.makedirs(out_dir, exist_ok=True)
     open(os.path.join(out_dir, "started"), "w").close()
-    info = {"name": name, "input": [1, 3, h, w], "status": "export_failed"}
+    info = {"name": name, "input": [1, 3, h, w], "status": "export_failed", "init": INIT_VERSION}
     t0 = time.time()
 
     # export.json tells the parent the model is done: written once, last. The f32 part goes
