@@ -57,13 +57,7 @@ int open_schedstat(long tid) {
 }
 
 bool schedstat_available() {
-  static const bool available = [] {
-    const int fd = open_schedstat(syscall(SYS_gettid));
-    if (fd < 0) return false;
-    const bool ok = read_run_delay(fd) >= 0;
-    close(fd);
-    return ok;
-  }();
+  static const bool available = thread_run_delay_ns() >= 0;
   return available;
 }
 
