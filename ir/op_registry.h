@@ -81,6 +81,11 @@ struct InferContext {
   const Attrs& attrs;
   std::vector<std::optional<TensorType>> inputs;
   std::vector<std::optional<TensorType>> outputs;
+  // The outputs consumers determined already, where the op's own inference could not (a
+  // cast of a weight whose hint leaves extents open, read by a Convolution): empty
+  // otherwise. A cast then gives its input the same shape, as MXNet's shape inference runs
+  // both ways through it.
+  std::vector<TensorType> outputs_from_consumers;
 
   const TensorType& in(size_t i) const;  // throws "input i (name) is unknown" if nullopt
 };

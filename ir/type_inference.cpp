@@ -58,6 +58,7 @@ void infer_types(Graph& g) {
         ctx.inputs.push_back(known_type(g, in));
       }
       ctx.outputs.resize(def.output_count(n.attrs));
+      if (n.outputs.size() == ctx.outputs.size()) ctx.outputs_from_consumers = n.outputs;
       with_lazy_context(label, [&] { def.infer(ctx); });
       for (size_t k = 0; k < n.inputs.size(); ++k)
         if (ctx.inputs[k]) with_lazy_context(label, [&] { refine_producer(g, n.inputs[k], *ctx.inputs[k], i); });

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <map>
 #include <iterator>
 
 namespace ampfuse {
@@ -75,7 +76,7 @@ TEST(CliConvert, OpenHintExtentsThatMatterAskForShape) {
   const std::string data = std::string(AMPFUSE_TESTDATA_DIR) + "/mxnet/";
   // A Reshape to (2, 6) needs 12 elements: the batch must be 4.
   expect_clean_error(run_cli(fmt::format("convert '{}' --amp bf16 -o '{}'", data + "open_extent_reshape.json", dir.file("r.json"))),
-                     "with the open extents of the __shape__ hints of data set to 1: give their shapes");
+                     "typed without --shape: data (__shape__ (0, 3), its open extents as 1); give their shapes");
   ASSERT_EQ(run_cli(fmt::format("convert '{}' --shape data=4,3 --amp bf16 -o '{}'", data + "open_extent_reshape.json",
                                 dir.file("r.json")))
                 .status,
@@ -83,10 +84,111 @@ TEST(CliConvert, OpenHintExtentsThatMatterAskForShape) {
   // A _zeros of shape (0, 3) cast for a FullyConnected gets the inferred batch written in:
   // the result depends on the batch, so it must be given.
   expect_clean_error(run_cli(fmt::format("convert '{}' --amp bf16 -o '{}'", data + "open_extent_zeros.json", dir.file("z.json"))),
-                     "the converted model depends on the extents that the __shape__ hints of data leave open");
-  // No hint at all: the rank is unknown too.
+                     "the converted model depends on the shapes of inputs the file leaves open: typed without --shape "
+                     "as data (__shape__ (0, 3), its open extents as 1), and again as data (__shape__ (0, 3), its open "
+                     "extents as 2)");
+  // No hint at all, and no op that implies a rank (Activation keeps any): still unknown.
   expect_clean_error(run_cli(fmt::format("convert '{}' --amp bf16 -o '{}'", data + "three_activations.json", dir.file("m.json"))),
                      "the shape of x is unknown: give --shape x=D0,D1,...");
+}
+
+// A Gluon export: `data` has no __shape__ hint; it is scaled per channel, batch-normalized and
+// convolved. The convolution implies rank 4, the (1, 3, 1, 1) scale the 3 channels (the
+// convolution's weight hint leaves them open). `fc_weight_hint` pins the flattened size or not.
+std::string unhinted_conv_model(const std::string& fc_weight_hint) {
+  nlohmann::json nodes = nlohmann::json::array();
+  auto var = [&](const std::string& name, const std::string& hint) {
+    nlohmann::json n = {{"op", "null"}, {"name", name}, {"inputs", nlohmann::json::array()}};
+    if (!hint.empty()) n["attrs"] = {{"__shape__", hint}};
+    nodes.push_back(n);
+  };
+  var("data", "");
+  var("scale", "(1, 3, 1, 1)");
+  nodes.push_back({{"op", "broadcast_mul"}, {"name", "scaled"}, {"inputs", {{0, 0, 0}, {1, 0, 0}}}});
+  for (const char* p : {"bn_gamma", "bn_beta", "bn_moving_mean", "bn_moving_var"}) var(p, "(0,)");
+  nodes.push_back({{"op", "BatchNorm"}, {"name", "bn"}, {"attrs", {{"fix_gamma", "False"}}},
+                   {"inputs", {{2, 0, 0}, {3, 0, 0}, {4, 0, 0}, {5, 0, 1}, {6, 0, 1}}}});
+  var("conv_weight", "(4, 0, 3, 3)");
+  nodes.push_back({{"op", "Convolution"},
+                   {"name", "conv"},
+                   {"attrs", {{"kernel", "(3, 3)"}, {"pad", "(1, 1)"}, {"num_filter", "4"}, {"no_bias", "True"}}},
+                   {"inputs", {{7, 0, 0}, {8, 0, 0}}}});
+  var("fc_weight", fc_weight_hint);
+  nodes.push_back({{"op", "FullyConnected"},
+                   {"name", "fc"},
+                   {"attrs", {{"num_hidden", "2"}, {"no_bias", "True"}}},
+                   {"inputs", {{9, 0, 0}, {10, 0, 0}}}});
+  return nlohmann::json{{"nodes", nodes}, {"arg_nodes", {0, 1, 3, 4, 5, 6, 8, 10}}, {"heads", {{11, 0, 0}}},
+                        {"attrs", {{"mxnet_version", {"int", 10901}}}}}
+      .dump();
+}
+
+// An input with no hint at all (what Gluon's export writes) takes the shape the op reading
+// it implies; converted at two such shapes, the results must agree. The weights whose hints
+// leave extents open keep them (their inferred shapes hold the stand-in extents).
+TEST(CliConvert, AnInputWithoutHintTakesTheShapeItsReaderImplies) {
+  testing::ScopedTempDir dir;
+  std::ofstream(dir.file("open.json")) << unhinted_conv_model("(2, 0)");
+  const CliResult r = run_cli(fmt::format("convert '{}' --amp bf16 -o '{}'", dir.file("open.json"), dir.file("c.json")));
+  ASSERT_EQ(r.status, 0) << r.err;
+  const nlohmann::json c = nlohmann::json::parse(read_text(dir.file("c.json")));
+  auto attrs_of = [&](const std::string& name) {
+    for (const nlohmann::json& n : c["nodes"])
+      if (n["name"] == name) return n.value("attrs", nlohmann::json::object());
+    ADD_FAILURE() << "no node " << name;
+    return nlohmann::json();
+  };
+  EXPECT_EQ(attrs_of("data"), nlohmann::json({{"__dtype__", "0"}}));
+  EXPECT_EQ(attrs_of("conv_weight")["__shape__"], "(4, 0, 3, 3)");
+  EXPECT_EQ(attrs_of("fc_weight")["__shape__"], "(2, 0)");
+  EXPECT_EQ(attrs_of("scale")["__shape__"], "(1, 3, 1, 1)");
+  EXPECT_NE(read_text(dir.file("c.json")).find("\"amp_cast\""), std::string::npos);
+  // The result runs at a shape of the user's choosing.
+  const CliResult run = run_cli(fmt::format("run '{}' --shape data=2,3,5,5 --no-baseline --repeat 1", dir.file("c.json")));
+  EXPECT_EQ(run.status, 0) << run.err;
+
+  // A weight hint that pins the flattened size (4 x 5 x 5): the stand-in shape does not fit,
+  // and the message says what data was taken to be (its channels from the scale).
+  std::ofstream(dir.file("pinned.json")) << unhinted_conv_model("(2, 100)");
+  expect_clean_error(run_cli(fmt::format("convert '{}' --amp bf16 -o '{}'", dir.file("pinned.json"), dir.file("p.json"))),
+                     "typed without --shape: data (no __shape__ hint, as f32[1,3,512,512]); give their shapes");
+  EXPECT_EQ(run_cli(fmt::format("convert '{}' --shape data=1,3,5,5 --amp bf16 -o '{}'", dir.file("pinned.json"),
+                                dir.file("p.json")))
+                .status,
+            0);
+}
+
+// The CI subset's Gluon export (no hint on data, open channels on the first weight) converts
+// without --shape to what --shape gives, but for the weights' hints, which stay the file's.
+TEST(CliConvert, GluonExportConvertsWithoutShape) {
+  const std::string model = std::string(AMPFUSE_TESTDATA_DIR) + "/zoo/cifar_resnet20_v1/model-symbol.json";
+  testing::ScopedTempDir dir;
+  ASSERT_EQ(run_cli(fmt::format("convert '{}' --amp bf16 -o '{}'", model, dir.file("plain.json"))).status, 0);
+  ASSERT_EQ(run_cli(fmt::format("convert '{}' --shape data=1,3,32,32 --amp bf16 -o '{}'", model, dir.file("shaped.json")))
+                .status,
+            0);
+  const nlohmann::json file = nlohmann::json::parse(read_text(model));
+  std::map<std::string, std::string> file_hints;
+  for (const nlohmann::json& n : file["nodes"])
+    if (n["op"] == "null" && n.contains("attrs") && n["attrs"].contains("__shape__"))
+      file_hints[n["name"]] = n["attrs"]["__shape__"];
+  nlohmann::json plain = nlohmann::json::parse(read_text(dir.file("plain.json")));
+  const nlohmann::json shaped = nlohmann::json::parse(read_text(dir.file("shaped.json")));
+  ASSERT_EQ(plain["nodes"].size(), shaped["nodes"].size());
+  int weights_with_open_hints = 0;
+  for (size_t i = 0; i < plain["nodes"].size(); ++i) {
+    nlohmann::json& n = plain["nodes"][i];
+    if (n["op"] == "null" && n.contains("attrs") && n["attrs"].contains("__shape__") &&
+        n["attrs"]["__shape__"] != shaped["nodes"][i]["attrs"]["__shape__"]) {
+      EXPECT_EQ(n["attrs"]["__shape__"], file_hints.at(n["name"])) << n["name"];
+      n["attrs"]["__shape__"] = shaped["nodes"][i]["attrs"]["__shape__"];
+      ++weights_with_open_hints;
+    }
+  }
+  EXPECT_GT(weights_with_open_hints, 0);
+  EXPECT_EQ(plain, shaped);
+  EXPECT_EQ(run_cli(fmt::format("run '{}' --shape data=1,3,32,32 --no-baseline --repeat 1", dir.file("plain.json"))).status,
+            0);
 }
 
 TEST(CliConvert, BadOptionsAreNamed) {

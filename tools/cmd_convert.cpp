@@ -3,6 +3,7 @@
 // and with --params-out its weights as the converted model stores them (a .params file).
 #include "engine/lower.h"
 #include "ir/error.h"
+#include "ir/mxnet_json.h"
 #include "tools/amp_args.h"
 #include "tools/commands.h"
 #include "tools/model_input.h"
@@ -31,39 +32,76 @@ struct ConvertOptions {
 // hint leaves open (MXNet's convert_symbol asks for no shapes): such an input needs no
 // --shape. It is converted with the open extents set to 1 and again set to 2; the two
 // results must be the same file (then nothing depends on those extents), which keeps the
-// hint as the model had it. A graph that cannot be typed so, or whose result differs,
-// names the inputs to give --shape for.
+// hint as the model had it. An input with no hint at all (Gluon's export) takes the shape
+// the op reading it implies (implied_input_shape: a first convolution's rank and, from its
+// weight, channels), its batch 1 and then 2, its other extents 512 and then 1024: what
+// image networks are built for or larger, so that strided, unpadded and fixed-size pooling
+// layers keep positive extents (types only: nothing is allocated). A graph that cannot be
+// typed so, or whose result differs, names the inputs to give --shape for.
+constexpr int64_t kUnhintedExtent = 512;
+
+// Types the inputs that have no __shape__ hint and no --shape with implied_input_shape's
+// shape for `placeholder`; each goes into `open_hints` with no hint ("").
+void type_unhinted_inputs(ir::Graph& g, const std::string& path, const std::map<std::string, ir::Shape>& shapes,
+                          const ParamsFile* params, int64_t placeholder,
+                          std::map<std::string, std::string>& open_hints) {
+  for (int32_t i = 0; i < static_cast<int32_t>(g.nodes.size()); ++i) {
+    ir::Node& v = g.nodes[i];
+    if (!v.is_var() || v.role != ir::VarRole::input || !v.outputs.empty() || v.hints.count("__shape__") ||
+        shapes.count(v.name))
+      continue;
+    const std::optional<ir::Shape> shape =
+        implied_input_shape(g, i, params, placeholder, kUnhintedExtent * placeholder);
+    if (!shape) continue;
+    const ir::DType dtype = with_context(fmt::format("{}: variable '{}'", path, v.name), [&] {
+      return ir::variable_dtype_hint(v).value_or(ir::DType::f32);
+    });
+    v.outputs = {ir::TensorType{dtype, *shape}};
+    v.hints.erase("__dtype__");
+    open_hints[v.name] = "";
+  }
+}
+
 ConvertedModel convert_model_file(const std::string& path, const std::map<std::string, ir::Shape>& shapes,
                                   const engine::AmpOptions& amp, const ParamsFile* params) {
-  // The inputs typed with the placeholder that --shape does not type anyway.
-  auto placeholder_typed = [&](const std::map<std::string, std::string>& open_hints) {
+  // How the inputs that --shape does not type were typed, for messages: "data (__shape__
+  // (0,3,224,224), 0 as 1)", "data (no __shape__ hint, as f32[1,3,512,512])".
+  auto typed_as = [&](const ir::Graph& g, const std::map<std::string, std::string>& open_hints, int64_t placeholder) {
     std::vector<std::string> names;
-    for (const auto& [name, _] : open_hints)
-      if (!shapes.count(name)) names.push_back(name);
+    for (const auto& [name, hint] : open_hints) {
+      if (shapes.count(name)) continue;
+      const std::optional<int32_t> v = g.find_var(name);
+      if (!hint.empty())
+        names.push_back(fmt::format("{} (__shape__ {}, its open extents as {})", name, hint, placeholder));
+      else if (v && !g.nodes[*v].outputs.empty())
+        names.push_back(fmt::format("{} (no __shape__ hint, as {})", name, ir::type_str(g.nodes[*v].outputs[0])));
+    }
     return names;
   };
-  auto convert_with = [&](int64_t placeholder, std::map<std::string, std::string>& open_hints) {
+  auto convert_with = [&](int64_t placeholder, std::map<std::string, std::string>& open_hints,
+                          std::vector<std::string>& typed) {
     std::set<std::string> unreached;
     ir::Graph g = load_model_file_with_placeholder(path, &unreached, placeholder, &open_hints);
-    const std::vector<std::string> open = placeholder_typed(open_hints);
-    if (open.empty()) return convert_model(std::move(g), unreached, shapes, amp, params, open_hints);
+    type_unhinted_inputs(g, path, shapes, params, placeholder, open_hints);
+    typed = typed_as(g, open_hints, placeholder);
     try {
       return convert_model(std::move(g), unreached, shapes, amp, params, open_hints);
     } catch (const Error& e) {
-      fail("{} (with the open extents of the __shape__ hints of {} set to {}: give their shapes, --shape "
-           "NAME=D0,D1,...)",
-           e.what(), fmt::join(open, ", "), placeholder);
+      if (typed.empty()) throw;
+      fail("{} (typed without --shape: {}; give their shapes, --shape NAME=D0,D1,...)", e.what(),
+           fmt::join(typed, ", "));
     }
   };
   std::map<std::string, std::string> open_hints;
-  ConvertedModel c = convert_with(1, open_hints);
-  const std::vector<std::string> open = placeholder_typed(open_hints);
-  if (open.empty()) return c;
+  std::vector<std::string> typed;
+  ConvertedModel c = convert_with(1, open_hints, typed);
+  if (typed.empty()) return c;
   std::map<std::string, std::string> again;
-  if (convert_with(2, again).json != c.json)
-    fail("the converted model depends on the extents that the __shape__ hints of {} leave open: give their "
-         "shapes (--shape NAME=D0,D1,...)",
-         fmt::join(open, ", "));
+  std::vector<std::string> typed_again;
+  if (convert_with(2, again, typed_again).json != c.json)
+    fail("the converted model depends on the shapes of inputs the file leaves open: typed without --shape as {}, "
+         "and again as {}, it converts differently: give their shapes (--shape NAME=D0,D1,...)",
+         fmt::join(typed, ", "), fmt::join(typed_again, ", "));
   return c;
 }
 

@@ -4,8 +4,11 @@
 #include "ir/error.h"
 #include "ir/mxnet_json.h"
 #include "ir/mxnet_type_flags.h"
+#include "ir/op_registry.h"
 #include "tools/amp_args.h"
 #include "tools/model_input.h"
+
+#include <algorithm>
 
 namespace ampfuse::tools {
 
@@ -28,12 +31,24 @@ std::map<std::string, std::optional<ir::TensorType>> input_types_of_file(const i
 // casts).
 // An input typed with a placeholder for its hint's open extents gets that hint back.
 ir::Graph with_file_input_hints(ir::Graph g, const std::map<std::string, std::optional<ir::TensorType>>& file_types,
-                                const std::map<std::string, std::string>& open_hints) {
+                                const std::map<std::string, std::string>& open_hints,
+                                const std::map<std::string, std::string>& open_weight_hints) {
+  const bool unhinted_input =
+      std::any_of(open_hints.begin(), open_hints.end(), [](const auto& hint) { return hint.second.empty(); });
   for (ir::Node& n : g.nodes) {
-    if (!n.is_var() || n.role != ir::VarRole::input) continue;
+    if (!n.is_var()) continue;
+    if (n.role != ir::VarRole::input) {
+      if (const auto open = open_weight_hints.find(n.name);
+          unhinted_input && open != open_weight_hints.end() && !n.outputs.empty()) {
+        n.hints["__shape__"] = open->second;
+        n.hints["__dtype__"] = std::to_string(ir::mxnet_flag_of(n.outputs[0].dtype));
+        n.outputs.clear();
+      }
+      continue;
+    }
     const auto it = file_types.find(n.name);
     if (const auto open = open_hints.find(n.name); open != open_hints.end() && !n.outputs.empty()) {
-      n.hints["__shape__"] = open->second;
+      if (!open->second.empty()) n.hints["__shape__"] = open->second;
       n.hints["__dtype__"] = std::to_string(ir::mxnet_flag_of(n.outputs[0].dtype));
       n.outputs.clear();
     } else if (it != file_types.end() && it->second) {
@@ -107,18 +122,85 @@ PlanSummary summarize_plan(const engine::Executable& exe, bool fused, double col
   return p;
 }
 
+std::optional<ir::Shape> implied_input_shape(const ir::Graph& g, int32_t var, const ParamsFile* params,
+                                             int64_t open_batch, int64_t open_extent) {
+  // The shape of input `slot` of node `n` where the file or `params` gives it.
+  auto known_shape = [&](const ir::Node& n, size_t slot) -> std::optional<ir::Shape> {
+    if (slot >= n.inputs.size()) return std::nullopt;
+    const ir::Node& w = g.nodes[n.inputs[slot].node];
+    if (!w.outputs.empty()) return w.outputs[n.inputs[slot].index].shape;
+    if (params && w.is_var())
+      if (const auto p = params->by_variable.find(w.name); p != params->by_variable.end()) return p->second.shape();
+    return std::nullopt;
+  };
+  // Operands broadcast with the value on the way (ssd's data * per-channel scale): their
+  // extents other than 1 are the value's too, where the ranks agree.
+  std::vector<ir::Shape> broadcast_with;
+  auto with_operands = [&](ir::Shape shape) {
+    for (const ir::Shape& other : broadcast_with)
+      if (other.size() == shape.size())
+        for (size_t d = 0; d < shape.size(); ++d)
+          if (other[d] != 1) shape[d] = other[d];
+    return shape;
+  };
+  const ir::OpRegistry& registry = ir::OpRegistry::global();
+  ir::ValueRef value{var, 0};
+  for (int32_t i = var + 1; i < static_cast<int32_t>(g.nodes.size()); ++i) {
+    const ir::Node& n = g.nodes[i];
+    if (n.is_var() || std::find(n.inputs.begin(), n.inputs.end(), value) == n.inputs.end()) continue;
+    const bool elementwise = [&] {
+      const ir::OpDef* def = registry.find(n.op);
+      return def && def->kind == ir::OpKind::elementwise && def->output_count(n.attrs) == 1;
+    }();
+    if (n.inputs[0] != value && !elementwise) return std::nullopt;  // read as a weight, a label, an index
+    if (n.op == "Convolution" || n.op == "Deconvolution" || n.op == "Pooling") {
+      if (!n.attrs.has("kernel") || n.attrs.get_ints("kernel").empty()) return std::nullopt;
+      ir::Shape shape(2 + n.attrs.get_ints("kernel").size(), open_extent);
+      shape[0] = open_batch;
+      const std::optional<ir::Shape> weight = n.op == "Pooling" ? std::nullopt : known_shape(n, 1);
+      if (weight && weight->size() == shape.size()) {
+        const int64_t groups = n.attrs.has("num_group") ? n.attrs.get_int("num_group") : 1;
+        const bool channels_last = n.attrs.has("layout") && !n.attrs.is_none("layout") &&
+                                   n.attrs.get_string("layout").back() == 'C';
+        // Convolution's weight is (O, C/g, k...), Deconvolution's (C, O/g, k...).
+        shape[channels_last ? shape.size() - 1 : 1] = n.op == "Convolution" ? (*weight)[1] * groups : (*weight)[0];
+      }
+      return with_operands(shape);
+    }
+    if (n.op == "FullyConnected") {
+      const std::optional<ir::Shape> weight = known_shape(n, 1);
+      return with_operands(ir::Shape{open_batch, weight && weight->size() == 2 ? (*weight)[1] : open_extent});
+    }
+    if (n.op == "Embedding") return ir::Shape{open_batch, open_extent};
+    if (n.op == "RNN") return with_operands(ir::Shape{open_extent, open_batch, open_extent});  // TNC
+    // Ops whose output 0 has their data's shape: the reader after them speaks for it too.
+    static const std::set<std::string> same_shape = {"BatchNorm", "InstanceNorm", "LayerNorm", "Dropout"};
+    if (!elementwise && !same_shape.count(n.op)) return std::nullopt;
+    if (elementwise)
+      for (size_t k = 0; k < n.inputs.size(); ++k)
+        if (n.inputs[k] != value)
+          if (const std::optional<ir::Shape> other = known_shape(n, k)) broadcast_with.push_back(*other);
+    value = ir::ValueRef{i, 0};
+  }
+  return std::nullopt;
+}
+
 ConvertedModel convert_model(ir::Graph g, const std::set<std::string>& unreached,
                              const std::map<std::string, ir::Shape>& shapes, const engine::AmpOptions& amp,
                              const ParamsFile* params, const std::map<std::string, std::string>& open_hints) {
   check_excluded_nodes(std::optional<engine::AmpOptions>(amp), g);
   const auto file_types = input_types_of_file(g);
+  std::map<std::string, std::string> open_weight_hints;  // what import left untyped
+  for (const ir::Node& n : g.nodes)
+    if (n.is_var() && n.role != ir::VarRole::input && n.hints.count("__shape__"))
+      open_weight_hints[n.name] = n.hints.at("__shape__");
   with_context("--shape", [&] { set_variable_shapes(g, shapes, unreached); });
   infer_types_naming_missing_shapes(g);
   if (params) check_params_against_model(*params, g);
   ConvertedModel c;
   c.nodes_before = g.nodes.size();
   c.graph = engine::convert_for_amp(std::move(g), amp, &c.stats);
-  c.json = ir::export_mxnet_json(with_file_input_hints(c.graph, file_types, open_hints));
+  c.json = ir::export_mxnet_json(with_file_input_hints(c.graph, file_types, open_hints, open_weight_hints));
   return c;
 }
 

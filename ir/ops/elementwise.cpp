@@ -386,10 +386,24 @@ void register_activations(OpRegistry& r) {
   r.add(std::move(leaky_relu));
 }
 
+// A cast whose input nothing typed (a weight with open extents in its hint) takes its shape
+// from the output a consumer determined, in f32, what MXNet's variables hold unless their
+// __dtype__ says otherwise (the importer checks that hint against the result). True: the
+// input is known now.
+bool input_from_consumers(InferContext& c) {
+  if (c.inputs[0]) return true;
+  if (c.outputs_from_consumers.empty()) return false;
+  c.inputs[0] = TensorType{DType::f32, c.outputs_from_consumers[0].shape};
+  return true;
+}
+
 void register_casts(OpRegistry& r) {
   OpDef cast = elementwise_op("Cast", data_slot(), kFp32InBf16);
   cast.attrs = {required_attr("dtype", AttrKind::DType)};
-  cast.infer = [](InferContext& c) { c.outputs[0] = TensorType{c.attrs.get_dtype("dtype"), c.in(0).shape}; };
+  cast.infer = [](InferContext& c) {
+    if (!input_from_consumers(c)) return;  // unknown for now: a consumer may determine it
+    c.outputs[0] = TensorType{c.attrs.get_dtype("dtype"), c.in(0).shape};
+  };
   cast.recipe = identity_recipe();  // the store to the output dtype is the conversion
   cast.is_cast = true;
   cast.gradient = cast_back_gradient;
@@ -401,6 +415,7 @@ void register_casts(OpRegistry& r) {
   amp_cast.infer = [](InferContext& c) {
     const DType to = c.attrs.get_dtype("dtype");
     if (!is_float(to)) fail("amp_cast casts between float types only, not to {} (use Cast)", dtype_name(to));
+    if (!input_from_consumers(c)) return;  // unknown for now: a consumer may determine it
     const TensorType& in = c.in(0);
     // MXNet retypes only f32/f16/bf16 data; anything else (f64, integers) passes unchanged.
     const bool retype = in.dtype == DType::f32 || is_lowp(in.dtype);
