@@ -64,6 +64,8 @@ ir::Graph run_graph_steps(ir::Graph g, const LowerOptions& opts, bool until_dce,
                           std::set<std::string>* forward_nodes = nullptr) {
   std::optional<AmpPolicy> policy;
   if (opts.amp) policy.emplace(*opts.amp);  // bad options fail before any step runs
+  // Asked for through LowerOptions or, as before there was an f32 one, the AMP options.
+  const std::string layout = !opts.layout.empty() ? opts.layout : opts.amp ? opts.amp->layout : std::string();
   AmpStats amp;
   int casts_before_fold = 0, params_low_before = 0;
 
@@ -87,12 +89,12 @@ ir::Graph run_graph_steps(ir::Graph g, const LowerOptions& opts, bool until_dce,
                        cast_fold(x);
                        return true;
                      }});
-    if (!opts.amp->layout.empty())
-      steps.push_back({"layout-optimize", [&](ir::Graph& x) {
-                         layout_optimize(x, opts.amp->layout);
-                         return true;
-                       }});
   }
+  if (!layout.empty())
+    steps.push_back({"layout-optimize", [&](ir::Graph& x) {
+                       layout_optimize(x, layout);
+                       return true;
+                     }});
   steps.push_back({"dce", [](ir::Graph& x) { return dce(x); }});
   if (dump_enabled("ir")) fmt::print(stderr, "// ----- input -----\n{}", ir::print_graph(g));
   run_pipeline(g, steps);

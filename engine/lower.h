@@ -55,6 +55,9 @@ struct AmpStats {
 
 struct LowerOptions {
   std::optional<AmpOptions> amp;  // convert for mixed precision first
+  // "" or "nhwc": run layout_optimize after the AMP passes, in f32 as in low precision.
+  // Unset, AmpOptions::layout (amp::init and `convert` take it there) asks for it.
+  std::string layout;
   bool fold_batchnorm = false;    // changes results by rounding (see fold_batchnorm.h)
   // Differentiate: the graph's outputs become its forward outputs and then the gradients.
   // Excludes fold_batchnorm (folding would take the BatchNorm params out of the graph).

@@ -1,5 +1,7 @@
 // AMP on the real MXNet graphs of models/: conversion, numerics, JSON round trip.
+#include "engine/execution/executor.h"
 #include "engine/lower.h"
+#include "ir/error.h"
 #include "ir/mxnet_json.h"
 #include "ir/text_format.h"
 #include "runtime/interpreter.h"
@@ -155,6 +157,34 @@ TEST(AmpModels, ChannelsLastResnetComputesWhatChannelsFirstDoes) {
     // Only the summation order of the convolutions may differ.
     for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-5 * scale) << i;
   }
+}
+
+// Channels-last without AMP: the executor's layout option runs the f32 convolutions NHWC
+// (issue 18's layouts in f32 as in bf16), and the results are the interpreter's on the
+// NCHW graph up to the convolutions' summation order.
+TEST(AmpModels, ChannelsLastInF32ThroughTheExecutor) {
+  SKIP_WITHOUT_MODELS();
+  const Model& m = models()[2];
+  ASSERT_STREQ(m.file, "cifar_resnet20_v2-gluoncv-symbol.json");
+  const ir::Graph g = load(m);
+  engine::ExecutorOptions eo;
+  eo.layout = "nhwc";
+  const engine::Executable exe = engine::Executable::compile(g, eo);
+  EXPECT_EQ(count_op(exe.graph(), "transpose"), count_op(g, "Convolution") + 2);
+  for (const ir::Node& n : exe.graph().nodes)
+    if (n.op == "Convolution") EXPECT_EQ(n.attrs.get_string("layout"), "NHWC") << n.name;
+  const runtime::Bindings vars = runtime::random_bindings(g, 6);
+  const auto want = runtime::interpret(g, vars);
+  const auto got = exe.run(vars);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t k = 0; k < want.size(); ++k) {
+    ASSERT_EQ(got[k].type(), want[k].type());
+    const auto a = runtime::to_f64_vector(got[k]), b = runtime::to_f64_vector(want[k]);
+    const double scale = std::max(largest(want[k]), 1e-30);
+    for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-5 * scale) << i;
+  }
+  eo.layout = "nchw16c";
+  EXPECT_THROW(engine::Executable::compile(g, eo), ampfuse::Error);
 }
 
 TEST(AmpModels, ExportedJsonOfAConvertedGraphReimportsToTheSameGraph) {

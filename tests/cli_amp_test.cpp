@@ -258,6 +258,11 @@ TEST(CliRunAmp, HumanReportAndBadOptions) {
   expect_clean_error(run_cli("run --repeat 0"), "--repeat 0");
   expect_clean_error(run_cli("run --interpreter --no-fuse"), "choose one");
   expect_clean_error(run_cli("run --exclude conv0"), "need --amp bf16 or fp16");
+  // Channels-last is a layout choice, not an AMP one: f32 takes it too.
+  const CliResult nhwc = run_cli("run --layout nhwc --repeat 1 --json");
+  ASSERT_EQ(nhwc.status, 0) << nhwc.err;
+  EXPECT_LT(parse_json(nhwc)["max_rel_error"].get<double>(), 1e-5) << nhwc.out;
+  expect_clean_error(run_cli("run --layout nchw"), "--layout nchw: the only layout is nhwc");
   expect_clean_error(run_cli("run --device tpu"), "--device tpu: expected cpu or cuda");
   // No GPU here: one line naming the missing driver or device.
   expect_clean_error(run_cli("run --device cuda"), "--device cuda: ");

@@ -9,11 +9,12 @@ namespace ampfuse::tools {
 
 std::optional<engine::AmpOptions> AmpArgs::options() const {
   engine::AmpOptions o;
+  if (!layout.empty() && layout != "nhwc") fail("--layout {}: the only layout is nhwc", layout);
   if (amp == "off") {
     const bool overridden = !lp16_ops.empty() || !fp32_ops.empty() || !widest_ops.empty() || !neutral_ops.empty() ||
-                            !exclude.empty() || cast_params_offline || cast_narrow || !layout.empty();
-    if (overridden) fail("--amp off: the AMP options (op lists, --exclude, --cast-params-offline, --layout) need --amp bf16 or fp16");
-    return std::nullopt;
+                            !exclude.empty() || cast_params_offline || cast_narrow;
+    if (overridden) fail("--amp off: the AMP options (op lists, --exclude, --cast-params-offline) need --amp bf16 or fp16");
+    return std::nullopt;  // --layout applies all the same (PlanArgs::executor_options)
   }
   if (amp == "bf16") o.target = ir::DType::bf16;
   else if (amp == "fp16") o.target = ir::DType::f16;
@@ -25,7 +26,6 @@ std::optional<engine::AmpOptions> AmpArgs::options() const {
   o.excluded_nodes = exclude;
   o.cast_params_offline = cast_params_offline;
   o.cast_narrow = cast_narrow;
-  if (!layout.empty() && layout != "nhwc") fail("--layout {}: the only layout is nhwc", layout);
   o.layout = layout;
   return o;
 }

@@ -82,6 +82,7 @@ bool strict_from_environment() {
 LowerOptions lower_options(const ExecutorOptions& opts, const runtime::DeviceApi& device) {
   LowerOptions lo;
   lo.amp = opts.amp;
+  lo.layout = opts.layout;
   lo.fold_batchnorm = opts.fold_batchnorm;
   lo.backward = opts.backward;
   lo.training = opts.training;

@@ -54,6 +54,7 @@ bool strict_from_environment();
 
 struct ExecutorOptions {
   std::optional<AmpOptions> amp{};  // convert for mixed precision first (engine/lower.h)
+  std::string layout;               // "" or "nhwc": LowerOptions::layout, with or without amp
   bool fuse = true;               // false: one kernel per fusable op (the unfused path)
   bool use_onednn = true;         // external ops through oneDNN where it supports them
   // Every fused kernel also reports whether any value it reads or writes is NaN or +-Inf
