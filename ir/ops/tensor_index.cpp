@@ -1,7 +1,8 @@
 // Indexing, shape and data-movement ops the GluonCV model zoo uses beyond ir/ops/tensor.cpp:
 // _arange and _contrib_arange_like, reverse, tile, repeat, take, pick, one_hot, gather_nd,
 // reshape_like, shape_array / size_array, depth_to_space / space_to_depth, the legacy Crop,
-// Pad, UpSampling (nearest), _contrib_BilinearResize2D and SequenceMask / SequenceLast / SequenceReverse.
+// Pad, UpSampling (nearest; bilinear as the depthwise Deconvolution it is in MXNet),
+// _contrib_BilinearResize2D and SequenceMask / SequenceLast / SequenceReverse.
 // MXNet 1.9.1 names, attributes and defaults; shape rules in ir/ops/index_shapes.h, shared
 // with the reference kernels (runtime/reference/index_kernels.cpp).
 //
@@ -309,9 +310,6 @@ InputGrads pad_gradient(GradContext& c) {
   return data_gradient(c, c.emit_typed("slice", {c.out_grad(0)}, std::move(a)));
 }
 
-// UpSampling's gradient: each input's part of the output's gradient (its channels, with
-// multi_input_mode=concat; all of it with sum) summed over the factor x factor block each
-// of its elements filled.
 // Bilinear UpSampling's gradients are those of the Deconvolution it is (nn_conv.cpp):
 // dx = Convolution(dy, w) and dw = _backward_Convolution_weight(dy, x), both under that
 // Deconvolution's window (num_filter = num_group = channels, no bias).
@@ -327,6 +325,9 @@ InputGrads bilinear_upsampling_gradient(GradContext& c) {
   return grads;
 }
 
+// UpSampling's gradient: each input's part of the output's gradient (its channels, with
+// multi_input_mode=concat; all of it with sum) summed over the factor x factor block each
+// of its elements filled.
 InputGrads upsampling_gradient(GradContext& c) {
   if (is_bilinear_upsampling(c.attrs())) return bilinear_upsampling_gradient(c);
   std::vector<Shape> shapes;
