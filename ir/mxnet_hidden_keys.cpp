@@ -30,7 +30,7 @@ int32_t variable_of_slot(const Graph& g, const Node& n, const std::string& slot_
   const OpDef* def = OpRegistry::global().find(n.op);
   if (!def) return -1;
   for (size_t k = 0; k < n.inputs.size(); ++k) {
-    if (def->slot(k).name != slot_name) continue;
+    if (def->slot(k, n.attrs).name != slot_name) continue;
     int32_t id = n.inputs[k].node;
     while (is_cast(g.nodes[id]) && !g.nodes[id].inputs.empty()) id = g.nodes[id].inputs[0].node;
     return g.nodes[id].is_var() ? id : -1;

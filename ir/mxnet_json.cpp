@@ -195,7 +195,7 @@ class Importer {
     if (version_ < kFirstVersionWithAuxInputs) {
       // MXNet's upgrader gives the new variable the node's whole attribute map.
       for (size_t k = inputs.size(); k < expected; ++k) {
-        const std::string var = name.empty() ? def.slot(k).name : name + "_" + def.slot(k).name;
+        const std::string var = name.empty() ? def.slot(k, n.attrs).name : name + "_" + def.slot(k, n.attrs).name;
         const int32_t id = add_variable(var, raw);
         labels_.push_back(fmt::format("variable '{}' (added as input {} of node {} '{}')", var, k, i, name));
         n.inputs.push_back({id, 0});
@@ -203,7 +203,7 @@ class Importer {
     }
     if (inputs.size() > expected || n.inputs.size() < expected) {
       std::vector<std::string> slots;
-      for (size_t k = 0; k < expected; ++k) slots.push_back(def.slot(k).name);
+      for (size_t k = 0; k < expected; ++k) slots.push_back(def.slot(k, n.attrs).name);
       fail("needs {} input{} ({}) but the file gives {}", expected, expected == 1 ? "" : "s",
            fmt::join(slots, ", "), inputs.size());
     }
@@ -368,7 +368,7 @@ class Importer {
       }
       const OpDef& def = registry_.get(n.op);
       for (size_t k = 0; k < n.inputs.size(); ++k) {
-        const SlotRole slot = def.slot(k).role;
+        const SlotRole slot = def.slot(k, n.attrs).role;
         VarRole role = slot == SlotRole::aux ? VarRole::aux : slot == SlotRole::param ? VarRole::param : VarRole::input;
         if (def.is_cast) role = fed[{i, 0}];
         if (def.is_multicast) role = fed[{i, static_cast<int32_t>(k)}];

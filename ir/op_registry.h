@@ -129,6 +129,11 @@ struct OpDef {
   std::vector<std::string> aliases;
   OpKind kind = OpKind::compute;
   std::vector<InputSlot> inputs;  // the input slots, in order
+  // Ops whose slots depend on an attribute: where `alt_inputs_apply(attrs)` holds,
+  // `alt_inputs` replaces `inputs` (UpSampling: num_args data inputs for nearest, data and a
+  // weight for bilinear). slot(i, attrs) takes it into account; slot(i) does not.
+  std::vector<InputSlot> alt_inputs;
+  std::function<bool(const Attrs&)> alt_inputs_apply;
   // The input count when it depends on attributes: Convolution has 2 with no_bias=True,
   // else 3; Concat has num_args (all like the last slot). Unset: inputs.size().
   std::function<int(const Attrs&)> num_inputs;
@@ -191,6 +196,7 @@ struct OpDef {
   int input_count(const Attrs& a) const;
   // Slot i; slots past the declared ones repeat the last (variadic ops).
   const InputSlot& slot(size_t i) const;
+  const InputSlot& slot(size_t i, const Attrs& a) const;
   int output_count(const Attrs& a) const;
   const AttrSpec* find_attr(std::string_view name) const;
   AmpClass amp_class(DType target) const;  // target: f16 or bf16

@@ -207,7 +207,7 @@ std::vector<Use> slots_through_casts(const ir::Graph& g, const IdBoundFinder& id
 bool feeds_slot(const ir::Graph& g, const std::vector<Use>& uses, std::string_view slot_name) {
   for (const Use& u : uses) {
     const ir::OpDef* def = ir::OpRegistry::global().find(g.nodes[u.node].op);
-    if (def && !def->inputs.empty() && def->slot(u.slot).name == slot_name) return true;
+    if (def && !def->inputs.empty() && def->slot(u.slot, g.nodes[u.node].attrs).name == slot_name) return true;
   }
   return false;
 }

@@ -112,6 +112,21 @@ case('bilinear_down_no_align', '_contrib_BilinearResize2D', [arr((1, 1, 5, 7))],
 case('bilinear_like', '_contrib_BilinearResize2D', [r, nd.zeros((1, 1, 6, 2))], mode='like')
 case('bilinear_same_size', '_contrib_BilinearResize2D', [r], height=3, width=4)
 case('bilinear_to_1x1', '_contrib_BilinearResize2D', [r], height=1, width=1)
+# The modes that derive the size from the input's extents, each on an input with an even
+# height and odd width (e45) and one the other way round (o56), both align_corners.
+e45 = nd.array(np.random.RandomState(2).uniform(-1, 1, (1, 2, 4, 5)).astype('float32'))
+o56 = nd.array(np.random.RandomState(3).uniform(-1, 1, (1, 1, 5, 6)).astype('float32'))
+for mode in ('odd_scale', 'to_even_down', 'to_even_up', 'to_odd_down', 'to_odd_up'):
+    scales = {'scale_height': 2.0, 'scale_width': 1.5} if mode == 'odd_scale' else {}
+    case('bilinear_%s_even_odd' % mode, '_contrib_BilinearResize2D', [e45], mode=mode, **scales)
+    case('bilinear_%s_odd_even_no_align' % mode, '_contrib_BilinearResize2D', [o56], mode=mode,
+         align_corners=False, **scales)
+case('bilinear_odd_scale_down', '_contrib_BilinearResize2D', [o56], mode='odd_scale', scale_height=0.5, scale_width=0.7)
+# height/width and the scales are ignored by the parity modes.
+case('bilinear_to_odd_up_ignores_size', '_contrib_BilinearResize2D', [e45], mode='to_odd_up', height=9, width=2, scale_height=3.0, scale_width=3.0)
+case('bilinear_to_even_down_1x1_is_empty', '_contrib_BilinearResize2D', [arr((1, 1, 1, 1))], mode='to_even_down')
+# mode=size: a lone scale_width is ignored (scale_height decides for both).
+case('bilinear_size_lone_scale_width', '_contrib_BilinearResize2D', [e45], height=3, width=7, scale_width=2.0)
 L = nd.array([1, 4, 2.7])
 case('sequence_mask', 'SequenceMask', [d432, L], use_sequence_length=True, value=-1)
 case('sequence_mask_axis1', 'SequenceMask', [arr((3, 4, 2)), L], use_sequence_length=True, axis=1)

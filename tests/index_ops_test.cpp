@@ -4,6 +4,7 @@
 // chains around reverse and reshape_like against the interpreter, and an MXNet symbol JSON that uses them.
 #include "engine/execution/executor.h"
 #include "engine/passes/amp_convert.h"
+#include "engine/passes/autodiff.h"
 #include "ir/builder.h"
 #include "ir/mxnet_json.h"
 #include "ir/op_registry.h"
@@ -181,16 +182,21 @@ TEST(IndexOpsShapes, ErrorsNameTheAttributeOrInput) {
             std::string::npos);
   EXPECT_NE(fails("Pad", {f32({1, 2, 3, 3})}, {{"mode", "wrap"}, {"pad_width", "(0,0,0,0,1,1,1,1)"}}).find("mode"),
             std::string::npos);
-  EXPECT_NE(fails("UpSampling", {f32({1, 2, 3, 3})}, {{"scale", "2"}, {"sample_type", "bilinear"}, {"num_filter", "2"}})
-                .find("bilinear"),
-            std::string::npos);
   EXPECT_NE(fails("UpSampling", {f32({1, 2, 3, 3}), f32({1, 2, 4, 4})},
                   {{"scale", "2"}, {"sample_type", "nearest"}, {"num_args", "2"}})
                 .find("input 1"),
             std::string::npos);
+  // odd_scale needs both scales, and so does mode=size once scale_height is given (MXNet
+  // fails with "bad optional access").
   EXPECT_NE(fails("_contrib_BilinearResize2D", {f32({1, 2, 3, 3})}, {{"mode", "odd_scale"}, {"scale_height", "2"}})
-                .find("attribute 'mode'='odd_scale'"),
+                .find("attribute 'scale_width' is needed by mode='odd_scale'"),
             std::string::npos);
+  EXPECT_NE(fails("_contrib_BilinearResize2D", {f32({1, 2, 3, 3})}, {{"scale_height", "2"}})
+                .find("attribute 'scale_width' is needed by mode='size'"),
+            std::string::npos);
+  const std::string bad_mode = fails("_contrib_BilinearResize2D", {f32({1, 2, 3, 3})}, {{"mode", "to_odd"}});
+  EXPECT_NE(bad_mode.find("'to_odd' is not one of"), std::string::npos) << bad_mode;
+  EXPECT_NE(bad_mode.find("'node'"), std::string::npos) << bad_mode;
   EXPECT_NE(fails("_contrib_BilinearResize2D", {f32({1, 2, 3, 3})}, {{"height", "0"}}).find("'height'"),
             std::string::npos);
   EXPECT_NE(fails("_contrib_BilinearResize2D", {f32({2, 3, 3})}, {{"height", "4"}}).find("4-D"), std::string::npos);
@@ -205,7 +211,7 @@ TEST(IndexOpsShapes, ErrorsNameTheAttributeOrInput) {
 
 TEST(IndexOpsMxnet, InterpreterGivesMxnetsOutputs) {
   const json& cases = mxnet_cases().at("cases");
-  ASSERT_GE(cases.size(), 60u);
+  ASSERT_GE(cases.size(), 86u);
   for (const json& c : cases) {
     SCOPED_TRACE(c.at("name").get<std::string>());
     std::vector<TensorType> types;
@@ -251,6 +257,126 @@ TEST(IndexOpsMxnet, ImportedSymbolComputesMxnetsOutputs) {
   const std::vector<Tensor> out = runtime::interpret(g, vars);
   ASSERT_EQ(out.size(), graph.at("outputs").size());
   for (size_t k = 0; k < out.size(); ++k) EXPECT_TRUE(same_as_mxnet(graph["outputs"][k], out[k])) << "output " << k;
+}
+
+// ---- bilinear UpSampling against MXNet -------------------------------------------------------
+
+const json& bilinear_upsampling_cases() {
+  static const json j = [] {
+    std::ifstream f(std::string(AMPFUSE_TESTDATA_DIR) + "/index_ops/upsampling_bilinear.json");
+    return json::parse(f);
+  }();
+  return j;
+}
+
+// MXNet runs the Deconvolution by im2col and GEMM, ampfuse by its own loops or oneDNN: the
+// sums may round differently, so within a few f32 ulps of the values' scale (1).
+::testing::AssertionResult close_to_mxnet(const json& want, const Tensor& got) {
+  if (got.type() != type_of(want))
+    return ::testing::AssertionFailure() << "got " << ir::type_str(got.type()) << ", MXNet gives "
+                                         << ir::type_str(type_of(want));
+  const auto& v = want.at("values");
+  for (int64_t i = 0; i < got.size(); ++i) {
+    const double w = v.at(i).get<double>();
+    if (!(std::abs(got.get_f64(i) - w) <= 2e-6 * (1 + std::abs(w))))
+      return ::testing::AssertionFailure() << "element " << i << " is " << got.get_f64(i) << ", MXNet gives " << w;
+  }
+  return ::testing::AssertionSuccess();
+}
+
+// Symbol JSON as MXNet writes it (the weight variable "up_weight" carries the op's
+// attributes and __init__), imported: the weight is a param of shape (C, 1, k, k); the
+// interpreter and the executor (oneDNN's deconvolution) give MXNet's output, and the
+// gradients of data and weight for a head gradient are MXNet's.
+TEST(IndexOpsMxnet, BilinearUpSamplingIsMxnetsDeconvolution) {
+  const json& cases = bilinear_upsampling_cases().at("cases");
+  ASSERT_EQ(cases.size(), 5u);
+  for (const json& c : cases) {
+    SCOPED_TRACE(c.at("name").get<std::string>());
+    ir::MxnetImportOptions opts;
+    opts.input_shapes["data"] = type_of(c.at("data")).shape;
+    const ir::Graph g = ir::import_mxnet_json(c.at("symbol").get<std::string>(), "up-symbol.json", opts);
+    bool weight_is_param = false;
+    for (const ir::Node& n : g.nodes)
+      if (n.is_var() && n.name == "up_weight") {
+        weight_is_param = n.role == ir::VarRole::param;
+        EXPECT_EQ(n.outputs.at(0), type_of(c.at("weight")));
+      }
+    EXPECT_TRUE(weight_is_param);
+    const runtime::Bindings vars{{"data", tensor_of(c.at("data"))}, {"up_weight", tensor_of(c.at("weight"))}};
+    EXPECT_TRUE(close_to_mxnet(c.at("output"), runtime::interpret(g, vars).at(0))) << "interpreter";
+    EXPECT_TRUE(close_to_mxnet(c.at("output"), engine::Executable::compile(g).run(vars).at(0))) << "executor";
+
+    const engine::BackwardGraph bg = engine::build_backward(g, {.wrt = {"data", "up_weight"}});
+    ASSERT_EQ(bg.head_grads.size(), 1u);
+    runtime::Bindings with_head = vars;
+    with_head.emplace(bg.head_grads[0], tensor_of(c.at("head_grad")));
+    for (const bool fused : {false, true}) {
+      SCOPED_TRACE(fused ? "executor" : "interpreter");
+      const std::vector<Tensor> out =
+          fused ? engine::Executable::compile(bg.graph).run(with_head) : runtime::interpret(bg.graph, with_head);
+      ASSERT_EQ(out.size(), 3u);
+      for (size_t k = 0; k < 2; ++k)
+        EXPECT_TRUE(close_to_mxnet(c.at(bg.gradient_of[k] == "data" ? "data_grad" : "weight_grad"), out[1 + k]))
+            << bg.gradient_of[k];
+    }
+  }
+}
+
+// A changed weight is seen (the comparison above can fail), and the refusals name the
+// attribute: num_filter must be the channel count (MXNet's num_group), the weight (C, 1, k, k).
+TEST(IndexOpsMxnet, BilinearUpSamplingChecksItsWeight) {
+  const json& c = bilinear_upsampling_cases().at("cases").at(0);
+  ir::MxnetImportOptions opts;
+  opts.input_shapes["data"] = type_of(c.at("data")).shape;
+  const ir::Graph g = ir::import_mxnet_json(c.at("symbol").get<std::string>(), "up-symbol.json", opts);
+  Tensor w = tensor_of(c.at("weight"));
+  w.set_f64(5, w.get_f64(5) + 0.01);
+  EXPECT_FALSE(close_to_mxnet(c.at("output"), runtime::interpret(g, {{"data", tensor_of(c.at("data"))}, {"up_weight", w}}).at(0)));
+
+  using testing::error_message;
+  // Bilinear takes data and weight whatever num_args says.
+  const std::string one_input =
+      error_message([] { one_node("UpSampling", {f32({1, 2, 3, 3})}, {{"scale", "2"}, {"sample_type", "bilinear"}, {"num_filter", "2"}}); });
+  EXPECT_NE(one_input.find("2 expected"), std::string::npos) << one_input;
+  const Attrs up{{"scale", "2"}, {"sample_type", "bilinear"}, {"num_filter", "2"}};
+  EXPECT_EQ(infer("UpSampling", {f32({1, 3, 5, 4}), f32({3, 1, 4, 4})}, {{"scale", "2"}, {"sample_type", "bilinear"}, {"num_filter", "3"}}),
+            f32({1, 3, 10, 8}));
+  EXPECT_EQ(infer("UpSampling", {f32({1, 2, 5, 4}), f32({2, 1, 5, 5})}, {{"scale", "3"}, {"sample_type", "bilinear"}, {"num_filter", "2"}}),
+            f32({1, 2, 15, 12}));
+  const std::string wrong_filters = error_message([&] { one_node("UpSampling", {f32({1, 3, 5, 4}), f32({3, 1, 4, 4})}, up); });
+  EXPECT_NE(wrong_filters.find("'num_filter'=2 must equal the data's 3 channels"), std::string::npos) << wrong_filters;
+  const std::string wrong_weight = error_message([&] { one_node("UpSampling", {f32({1, 2, 5, 4}), f32({2, 1, 3, 3})}, up); });
+  EXPECT_NE(wrong_weight.find("weight"), std::string::npos) << wrong_weight;
+}
+
+// Under fp16 AMP (UpSampling is neutral there, fp32 under bf16: MXNet's lists) bilinear
+// UpSampling after a Convolution runs in f16 and reads its weight cast to f16, as MXNet
+// infers the weight's type from the data's.
+TEST(IndexOpsAmp, BilinearUpSamplingFollowsItsData) {
+  for (const DType target : {DType::f16, DType::bf16}) {
+    ir::GraphBuilder b;
+    const ir::ValueRef x = b.input("x", {DType::f32, {1, 2, 3, 3}});
+    const ir::ValueRef cw = b.param("cw", TensorType{DType::f32, {2, 2, 1, 1}});
+    const ir::ValueRef uw = b.param("uw", TensorType{DType::f32, {2, 1, 4, 4}});
+    const ir::ValueRef conv = b.op("Convolution", {x, cw}, {{"kernel", "(1,1)"}, {"num_filter", "2"}, {"no_bias", "True"}});
+    b.output(b.op("UpSampling", {conv, uw}, {{"scale", "2"}, {"sample_type", "bilinear"}, {"num_filter", "2"}}, "up"));
+    ir::Graph g = b.finish();
+    engine::AmpOptions opts;
+    opts.target = target;
+    engine::amp_convert(g, opts);
+    const DType want = target == DType::f16 ? DType::f16 : DType::f32;
+    for (const ir::Node& n : g.nodes)
+      if (n.name == "up") {
+        EXPECT_EQ(n.outputs[0].dtype, want) << ir::dtype_name(target);
+        EXPECT_EQ(g.type(n.inputs[1]).dtype, want) << ir::dtype_name(target);
+      }
+    const runtime::Bindings vars = runtime::random_bindings(g, 5);
+    const std::vector<Tensor> want_out = runtime::interpret(g, vars), got = engine::Executable::compile(g).run(vars);
+    ASSERT_EQ(got.at(0).type(), want_out.at(0).type());
+    for (int64_t i = 0; i < got[0].size(); ++i)
+      EXPECT_NEAR(got[0].get_f64(i), want_out[0].get_f64(i), 1e-2 * (1 + std::abs(want_out[0].get_f64(i)))) << i;
+  }
 }
 
 // ---- fusion ------------------------------------------------------------------------------------

@@ -217,6 +217,15 @@ TEST(TensorGradients, BilinearResizeSpreadsOverTheNeighbours) {
   }
   EXPECT_TRUE(check_gradients(op_graph("_contrib_BilinearResize2D", {{"x", f64({1, 2, 3, 5})}, {"s", f64({1, 1, 5, 2})}},
                                        {{"mode", "like"}})));
+  // The modes that take the size from the input's extents: _backward_BilinearResize2D
+  // follows the output they give (odd and even extents, both corner rules).
+  for (const char* mode : {"odd_scale", "to_even_down", "to_even_up", "to_odd_down", "to_odd_up"})
+    for (const char* align : {"True", "False"}) {
+      SCOPED_TRACE(std::string(mode) + " " + align);
+      EXPECT_TRUE(check_gradients(unary("_contrib_BilinearResize2D", {1, 2, 4, 5},
+                                        {{"mode", mode}, {"scale_height", "1.5"}, {"scale_width", "0.5"},
+                                         {"align_corners", align}})));
+    }
 }
 
 // ---- reductions ------------------------------------------------------------------------

@@ -47,7 +47,7 @@ class Converter {
 
   // Whether input `k` of node `n` would be read in the target type if the node ran low.
   bool lowers_input(const ir::Node& n, const ir::OpDef& def, size_t k) const {
-    return !policy_.keeps_input(def, k) && castable(orig(n.inputs[k]));
+    return !policy_.keeps_input(def, n.attrs, k) && castable(orig(n.inputs[k]));
   }
 
   // The low-precision plan for node i, or nullopt when the op's own inference refuses it

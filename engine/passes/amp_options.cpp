@@ -124,8 +124,9 @@ ir::AmpClass AmpPolicy::node_class(const ir::Node& n) const {
   return cond.otherwise;
 }
 
-bool AmpPolicy::keeps_input(const ir::OpDef& def, size_t input) const {
-  if (def.slot(input).role == ir::SlotRole::aux || def.slot(input).index) return true;
+bool AmpPolicy::keeps_input(const ir::OpDef& def, const ir::Attrs& attrs, size_t input) const {
+  const ir::InputSlot& slot = def.slot(input, attrs);
+  if (slot.role == ir::SlotRole::aux || slot.index) return true;
   const auto& keep = target_ == ir::DType::bf16 ? def.keep_fp32_inputs_bf16 : def.keep_fp32_inputs_fp16;
   return std::find(keep.begin(), keep.end(), static_cast<int>(input)) != keep.end();
 }

@@ -77,7 +77,7 @@ class AmpPolicy {
   // Input slots that stay in their original type when the op runs in low precision:
   // the registry's keep_fp32_inputs for the target, aux slots (state the op updates) and
   // index slots (ids and labels, which a lower-precision float would round).
-  bool keeps_input(const ir::OpDef& def, size_t input) const;
+  bool keeps_input(const ir::OpDef& def, const ir::Attrs& attrs, size_t input) const;
 
  private:
   struct Condition {

@@ -83,7 +83,7 @@ std::string node_line(const ir::Graph& g, int32_t n, const std::vector<bool>& in
     if (!inline_weight[in.node]) continue;
     const ir::Node& w = g.nodes[in.node];
     const std::string type = w.outputs.empty() ? "(untyped)" : value_label(w.outputs[0]);
-    const std::string slot = ir::OpRegistry::global().get(node.op).slot(i).name;
+    const std::string slot = ir::OpRegistry::global().get(node.op).slot(i, node.attrs).name;
     weights += fmt::format("<br/><font point-size=\"7\">{}: {} {}</font>", html_escaped(slot), html_escaped(w.name),
                            html_escaped(type));
   }

@@ -245,9 +245,31 @@ int64_t pad_source(PadMode mode, int64_t j, int64_t n) {
   return -1;
 }
 
+bool is_bilinear_upsampling(const Attrs& a) { return a.has("sample_type") && a.get_string("sample_type") == "bilinear"; }
+
+Attrs bilinear_upsampling_deconv_attrs(const Attrs& a, int64_t channels) {
+  const int64_t scale = positive_int(a, "scale");
+  const int64_t filters = a.get_int("num_filter");
+  if (filters != channels)
+    fail("attribute 'num_filter'={} must equal the data's {} channels for sample_type='bilinear' (MXNet's "
+         "depthwise Deconvolution has num_group = num_filter)",
+         filters, channels);
+  const int64_t kernel = 2 * scale - scale % 2, pad = scale / 2;  // ceil((scale - 1) / 2)
+  Attrs d;
+  d.set("kernel", std::vector<int64_t>{kernel, kernel});
+  d.set("stride", std::vector<int64_t>{scale, scale});
+  d.set("pad", std::vector<int64_t>{pad, pad});
+  d.set("dilate", std::vector<int64_t>{1, 1});
+  d.set("num_filter", channels);
+  d.set("num_group", channels);
+  d.set("no_bias", true);
+  d.set("adj", std::vector<int64_t>{});
+  d.set("target_shape", std::vector<int64_t>{});
+  return d;
+}
+
 UpSamplingPlan upsampling_plan(const std::vector<Shape>& ins, const Attrs& a) {
-  if (a.get_string("sample_type") != "nearest")
-    fail("UpSampling sample_type='bilinear' is not supported (it is a Deconvolution with a learned weight)");
+  if (a.get_string("sample_type") != "nearest") fail("upsampling_plan is for sample_type='nearest'");
   const int64_t scale = positive_int(a, "scale");
   UpSamplingPlan p;
   for (size_t k = 0; k < ins.size(); ++k) require_rank(ins[k], 4, "UpSampling");
@@ -269,21 +291,52 @@ UpSamplingPlan upsampling_plan(const std::vector<Shape>& ins, const Attrs& a) {
 std::pair<int64_t, int64_t> bilinear_resize_size(const Shape& in, const Shape* like, const Attrs& a) {
   require_rank(in, 4, "_contrib_BilinearResize2D");
   const std::string& mode = a.get_string("mode");
+  const int64_t ih = in[2], iw = in[3];
+  // MXNet multiplies the float scale by the extent in float and truncates toward zero.
+  const auto times = [](double scale, int64_t extent) {
+    return static_cast<int64_t>(static_cast<float>(scale) * static_cast<float>(extent));
+  };
+  const auto scale_of = [&](const char* name) {
+    if (a.is_none(name)) fail("attribute '{}' is needed by mode='{}' (MXNet: bad optional access)", name, mode);
+    return a.get_float(name);
+  };
   int64_t h = 0, w = 0;
   if (mode == "like") {
     if (!like || like->size() != 4) fail("mode='like' needs a 4-D input 1 (like)");
     h = (*like)[2], w = (*like)[3];
   } else if (mode == "size") {
-    const auto scaled = [&](const char* scale_attr, const char* size_attr, int64_t extent) {
-      if (a.is_none(scale_attr)) return a.get_int(size_attr);
-      return static_cast<int64_t>(a.get_float(scale_attr) * static_cast<double>(extent));
+    // As MXNet 1.9.1: scale_height decides for both extents. Given, it scales the height and
+    // scale_width (then required) the width; absent, height and width are taken as they are
+    // and a lone scale_width is ignored.
+    if (a.is_none("scale_height")) {
+      h = a.get_int("height"), w = a.get_int("width");
+    } else {
+      h = times(a.get_float("scale_height"), ih);
+      w = times(scale_of("scale_width"), iw);
+    }
+  } else if (mode == "odd_scale") {
+    // An even extent is scaled; an odd one keeps its corners: (extent - 1) * scale + 1.
+    const auto odd_scaled = [&](double scale, int64_t extent) {
+      return extent % 2 == 0 ? times(scale, extent) : times(scale, extent - 1) + 1;
     };
-    h = scaled("scale_height", "height", in[2]);
-    w = scaled("scale_width", "width", in[3]);
+    h = odd_scaled(scale_of("scale_height"), ih);
+    w = odd_scaled(scale_of("scale_width"), iw);
+  } else if (mode == "to_even_down" || mode == "to_even_up" || mode == "to_odd_down" || mode == "to_odd_up") {
+    // Each extent of the wrong parity moves by one (down or up); height/width and the scales
+    // are ignored. to_even_down takes an extent of 1 to 0, an empty output, as MXNet does.
+    const bool even = mode.starts_with("to_even"), up = mode.ends_with("_up");
+    const auto moved = [&](int64_t extent) {
+      return (extent % 2 == 0) == even ? extent : extent + (up ? 1 : -1);
+    };
+    h = moved(ih), w = moved(iw);
   } else {
-    fail("attribute 'mode'='{}' is not supported: only 'size' and 'like' are", mode);
+    fail("attribute 'mode'='{}' is not supported", mode);
   }
-  if (h < 1 || w < 1) fail("the output size {}x{} (attributes 'height'/'width' or their scales) must be positive", h, w);
+  if (mode == "size" || mode == "like" || mode == "odd_scale") {
+    if (h < 1 || w < 1) fail("the output size {}x{} (attributes 'height'/'width' or their scales) must be positive", h, w);
+  }
+  // MXNet keeps the new extents in an int16_t: larger ones wrap there.
+  if (h > 32767 || w > 32767) fail("the output size {}x{} exceeds MXNet's limit of 32767", h, w);
   return {h, w};
 }
 

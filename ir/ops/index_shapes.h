@@ -103,9 +103,18 @@ struct UpSamplingPlan {
 };
 UpSamplingPlan upsampling_plan(const std::vector<Shape>& ins, const Attrs& attrs);
 
-// _contrib_BilinearResize2D's output height and width (NCHW): mode=size takes height/width,
-// or int(extent * scale_height/scale_width) when those are given; mode=like takes the second
-// input's. The other modes (odd_scale, to_even_down...) are refused.
+// UpSampling with sample_type=bilinear is, in MXNet 1.9.1, a Deconvolution of its data by its
+// weight input (channels, 1, k, k): depthwise (num_group = num_filter = `channels`), no bias,
+// kernel k = 2 * scale - scale % 2, stride scale, pad ceil((scale - 1) / 2), so the output is
+// the input's extents times scale. Its Deconvolution attributes; `attrs` must name num_filter
+// equal to `channels` (MXNet's num_group is num_filter, so another count fails there).
+bool is_bilinear_upsampling(const Attrs& attrs);
+Attrs bilinear_upsampling_deconv_attrs(const Attrs& attrs, int64_t channels);
+
+// _contrib_BilinearResize2D's output height and width (NCHW), by MXNet 1.9.1's rules: mode=size
+// takes height/width, or int(extent * scale) for both when scale_height is given; mode=like
+// takes the second input's; odd_scale scales an even extent and gives (extent - 1) * scale + 1
+// for an odd one; to_even_down/up and to_odd_down/up move an extent of the other parity by one.
 std::pair<int64_t, int64_t> bilinear_resize_size(const Shape& in, const Shape* like, const Attrs& attrs);
 
 // The Sequence* ops' sequence axis (0 or 1; SequenceReverse: 0) and the batch axis, the other.

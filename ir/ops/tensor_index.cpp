@@ -1,7 +1,8 @@
 // Indexing, shape and data-movement ops the GluonCV model zoo uses beyond ir/ops/tensor.cpp:
 // _arange and _contrib_arange_like, reverse, tile, repeat, take, pick, one_hot, gather_nd,
 // reshape_like, shape_array / size_array, depth_to_space / space_to_depth, the legacy Crop,
-// Pad, UpSampling (nearest), _contrib_BilinearResize2D and SequenceMask / SequenceLast / SequenceReverse.
+// Pad, UpSampling (nearest; bilinear as the depthwise Deconvolution it is in MXNet),
+// _contrib_BilinearResize2D and SequenceMask / SequenceLast / SequenceReverse.
 // MXNet 1.9.1 names, attributes and defaults; shape rules in ir/ops/index_shapes.h, shared
 // with the reference kernels (runtime/reference/index_kernels.cpp).
 //
@@ -24,6 +25,8 @@
 #include "ir/error.h"
 #include "ir/op_registry.h"
 #include "ir/ops/index_shapes.h"
+#include "ir/ops/nn_ops.h"
+#include "ir/ops/nn_params.h"
 #include "ir/ops/op_helpers.h"
 #include "ir/ops/tensor_backward.h"
 #include "ir/ops/tensor_shapes.h"
@@ -307,10 +310,26 @@ InputGrads pad_gradient(GradContext& c) {
   return data_gradient(c, c.emit_typed("slice", {c.out_grad(0)}, std::move(a)));
 }
 
+// Bilinear UpSampling's gradients are those of the Deconvolution it is (nn_conv.cpp):
+// dx = Convolution(dy, w) and dw = _backward_Convolution_weight(dy, x), both under that
+// Deconvolution's window (num_filter = num_group = channels, no bias).
+InputGrads bilinear_upsampling_gradient(GradContext& c) {
+  Attrs d = bilinear_upsampling_deconv_attrs(c.attrs(), c.input_type(0).shape.at(1));
+  d.erase("adj");  // Deconvolution's own, no Convolution attributes
+  d.erase("target_shape");
+  InputGrads grads(2);
+  const auto dy = c.out_grad_opt(0);
+  if (!dy) return grads;
+  if (c.wants(0)) grads[0] = c.emit_typed("Convolution", {*dy, c.input(1)}, d);
+  if (c.wants(1)) grads[1] = c.emit_typed("_backward_Convolution_weight", {*dy, c.input(0)}, d);
+  return grads;
+}
+
 // UpSampling's gradient: each input's part of the output's gradient (its channels, with
 // multi_input_mode=concat; all of it with sum) summed over the factor x factor block each
 // of its elements filled.
 InputGrads upsampling_gradient(GradContext& c) {
+  if (is_bilinear_upsampling(c.attrs())) return bilinear_upsampling_gradient(c);
   std::vector<Shape> shapes;
   for (size_t k = 0; k < c.num_inputs(); ++k) shapes.push_back(c.input_type(k).shape);
   const UpSamplingPlan p = upsampling_plan(shapes, c.attrs());
@@ -376,13 +395,31 @@ void register_windows(OpRegistry& r) {
               choice("multi_input_mode", "concat", {"concat", "sum"}),
               with_default("num_args", AttrKind::Int, int64_t{1})};
   up.ignored_attrs = {"workspace"};
+  // Bilinear takes the data and a weight whatever num_args says (MXNet: "this must be 2").
+  up.alt_inputs = {{"data"}, {"weight", SlotRole::param}};
+  up.alt_inputs_apply = is_bilinear_upsampling;
   up.num_inputs = [](const Attrs& a) {
+    if (is_bilinear_upsampling(a)) return 2;
     const int64_t n = a.get_int("num_args");
     if (n < 1 || n > 1024) fail("attribute 'num_args' must be between 1 and 1024, not {}", n);
     return static_cast<int>(n);
   };
   // Concatenated inputs keep no common type on their own: like Concat, all must agree.
   up.infer = [](InferContext& ctx) {
+    if (is_bilinear_upsampling(ctx.attrs)) {
+      // The Deconvolution it is (index_shapes.h) fills the weight (C, 1, k, k) and gives
+      // (N, C, H * scale, W * scale).
+      const TensorType* data = nn::known_input(ctx, 0);
+      if (!data) return;
+      nn::require_float(*data, "the data");
+      if (data->shape.size() != 4)
+        fail("input 0 (data) has shape {}: UpSampling needs 4-D (batch, channel, y, x)", shape_str(data->shape));
+      const Attrs d = bilinear_upsampling_deconv_attrs(ctx.attrs, data->shape[1]);
+      const nn::ConvGeometry g = nn::conv_geometry(d, data->shape, true);
+      nn::fill_input(ctx, 1, "weight", {data->dtype, g.weight_shape()});
+      ctx.outputs[0] = TensorType{data->dtype, g.output_shape()};
+      return;
+    }
     std::vector<Shape> shapes;
     for (size_t k = 0; k < ctx.inputs.size(); ++k) {
       if (ctx.in(k).dtype != ctx.in(0).dtype)

@@ -4,6 +4,7 @@
 
 #include "ir/error.h"
 #include "ir/lowp.h"
+#include "ir/ops/index_shapes.h"
 #include "runtime/fault_injection.h"
 #include "runtime/team_policy.h"
 #include "runtime/thread_pool.h"
@@ -516,6 +517,16 @@ Builder builder_for(const std::string& op) {
     return [](const Node& n, Types in, Types out) { return prepare_convolution(n, in, out, false); };
   if (op == "Deconvolution")
     return [](const Node& n, Types in, Types out) { return prepare_convolution(n, in, out, true); };
+  // Bilinear UpSampling is a depthwise Deconvolution (ir/ops/index_shapes.h); nearest runs on
+  // its reference kernel.
+  if (op == "UpSampling")
+    return [](const Node& n, Types in, Types out) {
+      if (!ir::is_bilinear_upsampling(n.attrs)) refuse("oneDNN runs bilinear UpSampling only");
+      Node deconv = n;
+      deconv.op = "Deconvolution";
+      deconv.attrs = ir::bilinear_upsampling_deconv_attrs(n.attrs, in[0].shape.at(1));
+      return prepare_convolution(deconv, in, out, true);
+    };
   if (op == "_backward_Convolution_weight") return prepare_convolution_weight_gradient;
   if (op == "FullyConnected") return prepare_fully_connected;
   if (op == "batch_dot") return prepare_batch_dot;

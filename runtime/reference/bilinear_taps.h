@@ -16,7 +16,7 @@ struct BilinearTap {
 };
 
 // In the compute type T and MXNet's order of operations: source position src = scale * i
-// (align_corners) or max(scale * (i + 0.5) - 0.5, 0), scale = (in - 1) / (out - 1) or
+// (align_corners) or max(scale * (i + 0.5) - 0.5 in double, 0), scale = (in - 1) / (out - 1) or
 // in / out (0 for an output extent of 1); lo = int(src), step = 1 unless lo is the last
 // index; w_hi = src - lo, w_lo = 1 - w_hi.
 template <class T>
@@ -28,7 +28,10 @@ std::vector<BilinearTap<T>> bilinear_taps(int64_t in, int64_t out, bool align_co
   for (int64_t i = 0; i < out; ++i) {
     T src = scale * static_cast<T>(i);
     if (!align_corners) {
-      src = scale * (static_cast<T>(i) + T(0.5)) - T(0.5);
+      // MXNet's area_pixel_compute_source_index adds the half pixel to the int index as a
+      // double (dst_index + 0.5), so the product and difference are double, rounded once to
+      // T on return; in float arithmetic a non-dyadic scale gives results an ulp off.
+      src = static_cast<T>(static_cast<double>(scale) * (static_cast<double>(i) + 0.5) - 0.5);
       if (src < T(0)) src = T(0);
     }
     BilinearTap<T>& t = taps[static_cast<size_t>(i)];

@@ -242,6 +242,16 @@ void pad(const ir::Node& n, Inputs in, Outputs out) {
 // stacks the inputs' channels (a strided gather each); sum adds them in f32 (f64 for f64)
 // and rounds once, where MXNet's half kernels round after each addition.
 void upsampling(const ir::Node& n, Inputs in, Outputs out) {
+  if (ir::is_bilinear_upsampling(n.attrs)) {
+    // The depthwise Deconvolution it is in MXNet (ir/ops/index_shapes.h), on that kernel.
+    ir::Node deconv = n;
+    deconv.op = "Deconvolution";
+    deconv.attrs = ir::bilinear_upsampling_deconv_attrs(n.attrs, in[0].shape().at(1));
+    const ReferenceKernel* k = find_reference_kernel("Deconvolution");
+    if (!k) fail("node '{}': bilinear UpSampling needs the Deconvolution reference kernel", n.name);
+    (*k)(deconv, in, out);
+    return;
+  }
   std::vector<Shape> shapes;
   for (const Tensor& t : in) shapes.push_back(t.shape());
   const ir::UpSamplingPlan p = ir::upsampling_plan(shapes, n.attrs);
