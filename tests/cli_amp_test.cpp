@@ -262,7 +262,11 @@ TEST(CliRunAmp, HumanReportAndBadOptions) {
   const CliResult nhwc = run_cli("run --layout nhwc --repeat 1 --json");
   ASSERT_EQ(nhwc.status, 0) << nhwc.err;
   EXPECT_LT(parse_json(nhwc)["max_rel_error"].get<double>(), 1e-5) << nhwc.out;
-  expect_clean_error(run_cli("run --layout nchw"), "--layout nchw: the only layout is nhwc");
+  expect_clean_error(run_cli("run --layout nchw"), "--layout nchw: expected auto, nhwc or keep");
+  // auto, the default, runs inference channels-last; keep the model's NCHW.
+  const CliResult keep = run_cli("run --layout keep --repeat 1 --json");
+  ASSERT_EQ(keep.status, 0) << keep.err;
+  EXPECT_LT(parse_json(keep)["max_rel_error"].get<double>(), 1e-5) << keep.out;
   expect_clean_error(run_cli("run --device tpu"), "--device tpu: expected cpu or cuda");
   // No GPU here: one line naming the missing driver or device.
   expect_clean_error(run_cli("run --device cuda"), "--device cuda: ");

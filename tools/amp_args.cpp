@@ -9,7 +9,8 @@ namespace ampfuse::tools {
 
 std::optional<engine::AmpOptions> AmpArgs::options() const {
   engine::AmpOptions o;
-  if (!layout.empty() && layout != "nhwc") fail("--layout {}: the only layout is nhwc", layout);
+  if (!layout.empty() && layout != "nhwc" && layout != "keep" && layout != "auto")
+    fail("--layout {}: expected auto, nhwc or keep", layout);
   if (amp == "off") {
     const bool overridden = !lp16_ops.empty() || !fp32_ops.empty() || !widest_ops.empty() || !neutral_ops.empty() ||
                             !exclude.empty() || cast_params_offline || cast_narrow;
@@ -26,7 +27,7 @@ std::optional<engine::AmpOptions> AmpArgs::options() const {
   o.excluded_nodes = exclude;
   o.cast_params_offline = cast_params_offline;
   o.cast_narrow = cast_narrow;
-  o.layout = layout;
+  o.layout = layout == "nhwc" ? layout : "";  // what `convert` writes; run's auto: PlanArgs
   return o;
 }
 

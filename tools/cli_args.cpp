@@ -25,7 +25,10 @@ CLI::Option* add_amp_args(CLI::App& cmd, AmpArgs& a, const std::string& amp_help
   cmd.add_flag("--cast-params-offline", a.cast_params_offline,
                "Store a weight in the low-precision type when every reader casts it");
   cmd.add_flag("--cast-narrow", a.cast_narrow, "Widest-type ops with mixed inputs run in low precision");
-  cmd.add_option("--layout", a.layout, "Put convolution regions in channels-last (nhwc)")->type_name("nhwc");
+  cmd.add_option("--layout", a.layout,
+                 "Where convolution regions run: auto (run's default: channels-last for inference on the CPU), "
+                 "nhwc (channels-last) or keep (the model's layout)")
+      ->type_name("auto|nhwc|keep");
   return amp;
 }
 

@@ -109,6 +109,8 @@ int run_convert(const ConvertOptions& o) {
   if (o.amp.amp != "bf16" && o.amp.amp != "fp16")
     fail("--amp {}: expected bf16 or fp16 (convert writes a low-precision model)", o.amp.amp);
   const std::optional<engine::AmpOptions> amp = o.amp.options();
+  if (o.amp.layout == "auto")
+    fail("--layout auto: convert writes the model's own layout (keep, the default) or channels-last (nhwc)");
   if (!o.params_out.empty() && o.params.empty()) fail("--params-out {}: needs --params, the weights to convert", o.params_out);
   const std::map<std::string, ir::Shape> shapes = parse_shape_args(o.shapes);
   const std::optional<ParamsFile> params =

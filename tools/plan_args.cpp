@@ -5,7 +5,7 @@ namespace ampfuse::tools {
 engine::ExecutorOptions PlanArgs::executor_options() const {
   engine::ExecutorOptions eo;
   eo.amp = amp.options();
-  eo.layout = amp.layout;  // also without AMP (f32 convolutions run channels-last too)
+  if (!amp.layout.empty()) eo.layout = amp.layout;  // also without AMP (f32 runs channels-last too)
   eo.fuse = !no_fuse;
   eo.constant_params = true;  // the weights stay bound: their derived forms are computed once
   eo.fold_batchnorm = !no_fuse && !no_fold_bn;

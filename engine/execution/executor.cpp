@@ -82,7 +82,12 @@ bool strict_from_environment() {
 LowerOptions lower_options(const ExecutorOptions& opts, const runtime::DeviceApi& device) {
   LowerOptions lo;
   lo.amp = opts.amp;
-  lo.layout = opts.layout;
+  if (opts.layout == "auto") {
+    const bool inference = !opts.backward && !opts.training;
+    lo.layout = inference && device.host_addressable() ? "nhwc" : "";
+  } else if (opts.layout != "keep") {
+    lo.layout = opts.layout;  // layout_optimize refuses what it does not know
+  }
   lo.fold_batchnorm = opts.fold_batchnorm;
   lo.backward = opts.backward;
   lo.training = opts.training;

@@ -54,7 +54,12 @@ bool strict_from_environment();
 
 struct ExecutorOptions {
   std::optional<AmpOptions> amp{};  // convert for mixed precision first (engine/lower.h)
-  std::string layout;               // "" or "nhwc": LowerOptions::layout, with or without amp
+  // Where convolution regions run (layout_optimize): "nhwc" channels-last, "keep" the
+  // model's own layout, "auto" (the default) channels-last for an inference compile on the
+  // CPU (no backward, no training form), where oneDNN's channels-last convolutions are
+  // 1.2-5x faster than its NCHW ones (bench/README.md), and the model's layout otherwise.
+  // AmpOptions::layout "nhwc" asks for channels-last too.
+  std::string layout = "auto";
   bool fuse = true;               // false: one kernel per fusable op (the unfused path)
   bool use_onednn = true;         // external ops through oneDNN where it supports them
   // Every fused kernel also reports whether any value it reads or writes is NaN or +-Inf
