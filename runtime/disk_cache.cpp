@@ -257,6 +257,12 @@ std::optional<std::string> DiskCache::load(const std::string& key) {
   return std::move(p.payload);
 }
 
+void DiskCache::reject(const std::string& key, const std::string& why) {
+  warn(fmt::format("ignoring '{}': {}; rebuilding it", path_of(key), why));
+  std::lock_guard lock(mutex_);
+  ++stats_.rejected;
+}
+
 bool DiskCache::store(const std::string& key, std::string_view payload) {
   static std::atomic<uint64_t> temp_counter{0};
   const std::string path = path_of(key);
