@@ -309,7 +309,7 @@ bool DiskCache::store(const std::string& key, std::string_view payload) {
     }
   }
   if (!failure.empty()) {
-    warn(failure + "; the kernel is used from memory but not cached on disk");
+    warn(failure + "; what it holds (a kernel, a plan) is used from memory but not cached on disk");
     std::lock_guard lock(mutex_);
     ++stats_.store_failures;
     return false;
