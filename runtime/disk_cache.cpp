@@ -34,23 +34,35 @@ namespace {
 // The checksum covers key and payload. A new layout bumps kFormat: old files then read as
 // "wrong format" and are replaced.
 constexpr char kMagic[8] = {'A', 'M', 'P', 'F', 'K', 'C', '\0', '\0'};
-constexpr uint32_t kFormat = 1;
+// 2: the word-at-a-time hash (entry names and checksums) and plan entries (engine/plan_cache.h).
+constexpr uint32_t kFormat = 2;
 constexpr size_t kHeaderBytes = 8 + 4 + 4 + 8 + 8;
 constexpr const char* kEntrySuffix = ".akc";
 constexpr const char* kTempPrefix = ".tmp-";
 // A temporary file this old belongs to a writer that died: removed at the next scan.
 constexpr auto kStaleTemp = std::chrono::minutes(10);
 
-// 64-bit FNV-1a with a final avalanche (splitmix64's): every byte changes the state
-// bijectively, so a single changed byte always changes the sum. Not cryptographic; the key
-// comparison, not the hash, is what guarantees an entry belongs to its key.
+// A 64-bit hash that takes 8 bytes a step (the last step zero-padded) and ends with
+// splitmix64's avalanche. Each step, h = (h ^ word) * odd, is a bijection of h for a fixed
+// word and of the word for a fixed h, so a changed byte always changes the sum; the lengths
+// are mixed in, so zero padding cannot hide a trailing zero byte. Not cryptographic: the
+// key comparison, not the hash, is what guarantees an entry belongs to its key. (Format 1
+// hashed byte by byte, FNV-1a: about 8 times slower over the plans' large keys and entries.)
 uint64_t hash64(std::string_view a, std::string_view b, uint64_t seed) {
+  constexpr uint64_t kOdd = 0x9e3779b97f4a7c15ull;
   uint64_t h = 1469598103934665603ull ^ seed;
-  for (std::string_view part : {a, b})
-    for (unsigned char c : part) {
-      h ^= c;
-      h *= 1099511628211ull;
+  for (std::string_view part : {a, b}) {
+    size_t i = 0;
+    for (; i + 8 <= part.size(); i += 8) {
+      uint64_t w;
+      std::memcpy(&w, part.data() + i, 8);
+      h = (h ^ w) * kOdd;
     }
+    uint64_t tail = 0;
+    if (i < part.size()) std::memcpy(&tail, part.data() + i, part.size() - i);
+    h = (h ^ tail) * kOdd;
+    h = (h ^ part.size()) * kOdd;
+  }
   h ^= h >> 30;
   h *= 0xbf58476d1ce4e5b9ull;
   h ^= h >> 27;
@@ -257,6 +269,12 @@ std::optional<std::string> DiskCache::load(const std::string& key) {
   return std::move(p.payload);
 }
 
+void DiskCache::reject(const std::string& key, const std::string& why) {
+  warn(fmt::format("ignoring '{}': {}; rebuilding it", path_of(key), why));
+  std::lock_guard lock(mutex_);
+  ++stats_.rejected;
+}
+
 bool DiskCache::store(const std::string& key, std::string_view payload) {
   static std::atomic<uint64_t> temp_counter{0};
   const std::string path = path_of(key);
@@ -291,7 +309,7 @@ bool DiskCache::store(const std::string& key, std::string_view payload) {
     }
   }
   if (!failure.empty()) {
-    warn(failure + "; the kernel is used from memory but not cached on disk");
+    warn(failure + "; what it holds (a kernel, a plan) is used from memory but not cached on disk");
     std::lock_guard lock(mutex_);
     ++stats_.store_failures;
     return false;

@@ -60,6 +60,10 @@ class DiskCache {
   // directory, the injected fault) is warned once and returns false; nothing partial is
   // ever visible under the entry's name.
   bool store(const std::string& key, std::string_view payload);
+  // For a payload the caller cannot use although its entry is whole (a plan that does not
+  // read back, engine/plan_cache.h): counted as rejected and warned about once, as a
+  // corrupt entry is; the caller rebuilds and its store replaces the entry.
+  void reject(const std::string& key, const std::string& why);
 
   // The file an entry for `key` lives in.
   std::string path_of(const std::string& key) const;

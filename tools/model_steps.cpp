@@ -111,6 +111,8 @@ PlanSummary summarize_plan(const engine::Executable& exe, bool fused, double col
   p.kernels_disk = cs.disk_loads;
   p.kernels_memory = cs.cache_hits;
   p.compile_cold_ms = cold_ms;
+  p.plan_from_disk = cs.plan_from_disk;
+  p.plan_ms = cs.plan_seconds * 1e3;
   p.compile_cached_ms = cached_ms;
   p.arena_bytes = cs.arena_bytes;
   p.intermediate_bytes = cs.intermediate_bytes;

@@ -197,6 +197,8 @@ nlohmann::json to_json(const RunReport& r) {
                  {"kernels_disk", p.kernels_disk},
                  {"kernels_memory", p.kernels_memory},
                  {"compile_cold_ms", p.compile_cold_ms},
+                 {"plan_from_disk", p.plan_from_disk},
+                 {"plan_ms", p.plan_ms},
                  {"compile_cached_ms", p.compile_cached_ms},
                  {"arena_bytes", p.arena_bytes},
                  {"intermediate_bytes", p.intermediate_bytes},
@@ -282,6 +284,8 @@ std::string plan_text(const PlanSummary& p) {
                      p.kernels_cold + p.kernels_disk + p.kernels_memory, p.kernels_cold, p.kernels_disk,
                      p.kernels_memory, p.compile_cold_ms / 1e3);
   out += p.compile_cached_ms < 0 ? "\n" : fmt::format("; again {:.2f} ms (memory)\n", p.compile_cached_ms);
+  out += fmt::format("plan:    {} in {:.2f} ms\n", p.plan_from_disk ? "passes and fusion plan from disk" : "passes and fusion planned",
+                     p.plan_ms);
   for (const std::string& f : p.fallbacks) out += fmt::format("WARNING: interpreter fallback: {}\n", f);
   for (const std::string& f : p.slow_external) out += fmt::format("WARNING: slow oneDNN implementation: {}\n", f);
   return out;

@@ -86,6 +86,10 @@ struct PlanSummary {
   int compilations = 0;                // compiled + loaded from disk (CompileStats' sense)
   int kernels_cold = 0, kernels_disk = 0, kernels_memory = 0;
   double compile_cold_ms = 0;          // first compile
+  // The first compile's passes and fusion plan: loaded from the disk cache (the plan cache,
+  // engine/plan_cache.h) or computed now, and the milliseconds either took.
+  bool plan_from_disk = false;
+  double plan_ms = 0;
   double compile_cached_ms = 0;        // the same graph again: every kernel from the cache (< 0: not timed)
   int64_t arena_bytes = 0;             // the memory a run's intermediates live in
   int64_t intermediate_bytes = 0;      // every intermediate's bytes added up (no reuse)

@@ -1,9 +1,11 @@
 #include "engine/execution/executor.h"
 
+#include "engine/plan_cache.h"
 #include "engine/planning/kernel_lowering.h"
 #include "ir/dump.h"
 #include "ir/error.h"
 #include "runtime/device_api.h"
+#include "runtime/disk_cache.h"
 #include "runtime/kernel_cache.h"
 #include "runtime/onednn/onednn_ops.h"
 #include "runtime/team_policy.h"
@@ -231,7 +233,11 @@ Executable Executable::compile(ir::Graph g, const ExecutorOptions& opts) {
   CompileStats& st = im.stats;
   st.device = device.name();
 
-  Lowered lowered = lower(std::move(g), lower_options(opts, device));
+  const auto t_plan = std::chrono::steady_clock::now();
+  runtime::DiskCache* plan_disk = !opts.cache_plan ? nullptr : opts.plan_disk ? opts.plan_disk : runtime::DiskCache::process();
+  Lowered lowered = lower_with_plan_cache(std::move(g), lower_options(opts, device), "device " + device.name(),
+                                          plan_disk, &st.plan_from_disk);
+  st.plan_seconds = seconds_since(t_plan);
   im.graph = std::move(lowered.graph);
   im.plan = std::move(lowered.plan);
   st.amp = std::move(lowered.stats.amp);

@@ -41,6 +41,7 @@ struct KernelSpec;
 
 namespace ampfuse::runtime {
 class DeviceApi;
+class DiskCache;
 class KernelCache;
 class ThreadPool;
 }  // namespace ampfuse::runtime
@@ -101,6 +102,12 @@ struct ExecutorOptions {
   runtime::DeviceApi* device = nullptr;
   runtime::KernelCache* cache = nullptr;  // CPU only; null: KernelCache::global()
   runtime::ThreadPool* pool = nullptr;    // CPU only; null: ThreadPool::global()
+  // Keep lower()'s result (passes and fusion plan) in a disk cache and take it from there
+  // when this graph was compiled with these options before, by any process
+  // (engine/plan_cache.h): plan_disk, or when null the process's disk cache
+  // (AMPFUSE_CACHE_DIR; none when that is "0"). false: always lowered afresh.
+  bool cache_plan = true;
+  runtime::DiskCache* plan_disk = nullptr;
 };
 
 // The graph steps and planner options `opts` compiles with on `device`: what `ampfuse dot`
@@ -138,6 +145,10 @@ struct CompileStats {
   int compilations = 0;
   int disk_loads = 0;
   int cache_hits = 0;
+  // The passes' graph and the fusion plan came from the disk cache (cache_plan), not from
+  // running the passes and the planner; and the time either took.
+  bool plan_from_disk = false;
+  double plan_seconds = 0;
   double compile_seconds = 0;    // wall time of compile(), passes and planning included
   // Host steps (external ops, kernels without device code) that read a value computed on a
   // GPU, so wait for it and copy it; 0 on the CPU.
