@@ -261,6 +261,7 @@ std::string options_text(const LowerOptions& o) {
     for (const CondFp32Entry& c : a.conditional_fp32_ops) s += fmt::format(" {}.{}=[{}]", c.op, c.attr, join(c.values));
     s += "\n";
   }
+  s += fmt::format("layout '{}'\n", o.layout);
   s += fmt::format("fold_batchnorm {}\n", o.fold_batchnorm);
   if (o.backward)
     s += fmt::format("backward: wrt [{}] with_inputs {} heads {} loss_scale '{}'\n", join(o.backward->wrt),

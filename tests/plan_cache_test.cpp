@@ -182,6 +182,9 @@ TEST(PlanCache, ChangedGraphShapeOrOptionIsAMiss) {
   o.amp->layout = "NHWC";
   variants.push_back({"--layout NHWC", {g, o}});
   o = base;
+  o.layout = "keep";  // the default, auto, runs this inference compile channels-last
+  variants.push_back({"--layout keep", {g, o}});
+  o = base;
   o.amp->fp32_ops = {"FullyConnected"};
   variants.push_back({"--fp32-ops", {g, o}});
   o = base;
