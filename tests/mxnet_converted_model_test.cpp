@@ -10,6 +10,7 @@
 #include "ir/mxnet_json.h"
 #include "runtime/interpreter.h"
 #include "runtime/npy.h"
+#include "tests/output_compare.h"
 
 #include <gtest/gtest.h>
 
@@ -24,19 +25,6 @@ namespace fs = std::filesystem;
 
 const fs::path kFixture = fs::path(AMPFUSE_TESTDATA_DIR) / "zoo" / "cifar_resnet20_v1";
 const fs::path kConverted = fs::path(AMPFUSE_TESTDATA_DIR) / "mxnet" / "cifar_resnet20_v1_mxnet_bf16.json";
-
-// Largest |got - want| relative to the largest |want|.
-double relative_error(const runtime::Tensor& got, const runtime::Tensor& want) {
-  const std::vector<double> a = runtime::to_f64_vector(got), b = runtime::to_f64_vector(want);
-  if (a.size() != b.size()) return INFINITY;
-  double largest = 0, worst = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    largest = std::max(largest, std::fabs(b[i]));
-    const double d = std::fabs(a[i] - b[i]);
-    worst = std::isnan(d) ? INFINITY : std::max(worst, d);
-  }
-  return worst / std::max(largest, 1e-30);
-}
 
 runtime::Bindings fixture_bindings(const runtime::Tensor& data) {
   runtime::Bindings vars{{"data", data}};

@@ -12,6 +12,7 @@
 #include "ir/mxnet_json.h"
 #include "runtime/interpreter.h"
 #include "runtime/npy.h"
+#include "tests/output_compare.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -47,19 +48,6 @@ constexpr size_t kDetector = 2;
 void PrintTo(const ZooModel& m, std::ostream* os) { *os << m.name; }
 
 fs::path fixture_dir(const ZooModel& m) { return fs::path(AMPFUSE_TESTDATA_DIR) / "zoo" / m.name; }
-
-// Largest |got - want| relative to the largest |want| (non-finite differences count as inf).
-double relative_error(const runtime::Tensor& got, const runtime::Tensor& want) {
-  const std::vector<double> a = runtime::to_f64_vector(got), b = runtime::to_f64_vector(want);
-  if (a.size() != b.size()) return INFINITY;
-  double largest = 0, worst = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    largest = std::max(largest, std::fabs(b[i]));
-    const double d = std::fabs(a[i] - b[i]);
-    worst = std::isnan(d) ? INFINITY : std::max(worst, d);
-  }
-  return worst / std::max(largest, 1e-30);
-}
 
 // The exported graph, with its input's shape taken from the fixture's input.
 ir::Graph load_graph(const fs::path& dir, const runtime::Tensor& data) {
