@@ -310,7 +310,7 @@ class Generator {
       std::vector<std::optional<Value>> chosen(static_cast<size_t>(n));
       ir::InferContext ctx{attrs, {}, std::vector<std::optional<ir::TensorType>>(static_cast<size_t>(outputs))};
       for (int i = 0; i < n; ++i) {
-        const ir::InputSlot& slot = def.slot(static_cast<size_t>(i));
+        const ir::InputSlot& slot = def.slot(static_cast<size_t>(i), attrs);
         if (i > 0 && (slot.role != ir::SlotRole::data || slot.index)) {
           ctx.inputs.push_back(std::nullopt);  // the op's inference says what it needs
           continue;

@@ -30,11 +30,13 @@ int OpDef::input_count(const Attrs& a) const {
 }
 const InputSlot& OpDef::slot(size_t i) const {
   if (inputs.empty()) fail("{} declares no input slots", name);
+  if (alt_inputs_apply) fail("{}'s input slots depend on its attributes: ask slot(i, attrs)", name);
   return inputs[std::min(i, inputs.size() - 1)];
 }
 const InputSlot& OpDef::slot(size_t i, const Attrs& a) const {
   if (alt_inputs_apply && alt_inputs_apply(a)) return alt_inputs[std::min(i, alt_inputs.size() - 1)];
-  return slot(i);
+  if (inputs.empty()) fail("{} declares no input slots", name);
+  return inputs[std::min(i, inputs.size() - 1)];
 }
 int OpDef::output_count(const Attrs& a) const { return num_outputs ? num_outputs(a) : 1; }
 

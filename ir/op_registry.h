@@ -131,7 +131,7 @@ struct OpDef {
   std::vector<InputSlot> inputs;  // the input slots, in order
   // Ops whose slots depend on an attribute: where `alt_inputs_apply(attrs)` holds,
   // `alt_inputs` replaces `inputs` (UpSampling: num_args data inputs for nearest, data and a
-  // weight for bilinear). slot(i, attrs) takes it into account; slot(i) does not.
+  // weight for bilinear). slot(i, attrs) takes it into account; slot(i) refuses such an op.
   std::vector<InputSlot> alt_inputs;
   std::function<bool(const Attrs&)> alt_inputs_apply;
   // The input count when it depends on attributes: Convolution has 2 with no_bias=True,
@@ -194,7 +194,9 @@ struct OpDef {
   bool loss_head = false;
 
   int input_count(const Attrs& a) const;
-  // Slot i; slots past the declared ones repeat the last (variadic ops).
+  // Slot i of a node with attributes `a`; slots past the declared ones repeat the last
+  // (variadic ops). slot(i) without them is for ops whose slots do not depend on
+  // attributes, and throws for one that has alt_inputs.
   const InputSlot& slot(size_t i) const;
   const InputSlot& slot(size_t i, const Attrs& a) const;
   int output_count(const Attrs& a) const;

@@ -307,6 +307,13 @@ TEST(NnOpsInfer, AmpClassesAndParamRoles) {
   EXPECT_TRUE(bn.fusable);
   EXPECT_EQ(bn.slot(3).role, ir::SlotRole::aux);
   EXPECT_EQ(reg.get("Convolution").slot(1).role, ir::SlotRole::param);
+  // UpSampling's second slot is a weight for bilinear, data for nearest: asking without the
+  // attributes would give the wrong one, so it is refused.
+  const ir::OpDef& up = reg.get("UpSampling");
+  EXPECT_ERROR(up.slot(1), "depend on its attributes");
+  EXPECT_EQ(up.slot(1, ir::parse_attrs(up, {{"scale", "2"}, {"sample_type", "bilinear"}, {"num_filter", "3"}})).role,
+            ir::SlotRole::param);
+  EXPECT_EQ(up.slot(1, ir::parse_attrs(up, {{"scale", "2"}, {"sample_type", "nearest"}, {"num_args", "2"}})).role, ir::SlotRole::data);
   EXPECT_FALSE(reg.get("Convolution").fusable);
   // Performance hints are accepted and dropped; anything else unknown is an error.
   EXPECT_FALSE(ir::parse_attrs(reg.get("Convolution"), {{"kernel", "(1,1)"}, {"num_filter", "1"}, {"workspace", "512"}})

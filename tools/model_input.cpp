@@ -124,7 +124,7 @@ std::vector<std::string> inputs_needing_shapes(const ir::Graph& g) {
   for (const ir::Node& n : g.nodes) {
     const ir::OpDef* def = ir::OpRegistry::global().find(n.op);
     for (size_t k = 0; k < n.inputs.size(); ++k) {
-      const bool label = def && !def->inputs.empty() && def->slot(k).name == "label";
+      const bool label = def && !def->inputs.empty() && def->slot(k, n.attrs).name == "label";
       feeds_non_label[n.inputs[k].node] |= !label;
     }
   }
