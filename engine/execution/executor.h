@@ -58,7 +58,7 @@ struct ExecutorOptions {
   // Where convolution regions run (layout_optimize): "nhwc" channels-last, "keep" the
   // model's own layout, "auto" (the default) channels-last for an inference compile on the
   // CPU (no backward, no training form), where oneDNN's channels-last convolutions are
-  // 1.2-5x faster than its NCHW ones (bench/README.md), and the model's layout otherwise.
+  // 1.25-3x faster than its NCHW ones (bench/README.md), and the model's layout otherwise.
   // AmpOptions::layout "nhwc" asks for channels-last too.
   std::string layout = "auto";
   bool fuse = true;               // false: one kernel per fusable op (the unfused path)
