@@ -28,8 +28,9 @@ namespace ampfuse::engine {
 
 // lower(g, opts), through `disk` when it is not null: the stored result when there is one
 // (then *from_disk is set), else lowered now and stored. `context` holds what the key needs
-// beyond g and opts: the device's name and whether computes_in_f32 follows oneDNN (its
-// function cannot be compared). Throws what lower() throws.
+// beyond g and opts: the device's name ("device cpu"). (opts.computes_in_f32, a function,
+// is keyed by whether it is set; what it answers follows from the host CPU in the key.)
+// Throws what lower() throws.
 Lowered lower_with_plan_cache(ir::Graph g, const LowerOptions& opts, const std::string& context,
                               runtime::DiskCache* disk, bool* from_disk = nullptr);
 
