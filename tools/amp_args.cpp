@@ -31,6 +31,13 @@ std::optional<engine::AmpOptions> AmpArgs::options() const {
   return o;
 }
 
+engine::AmpOptions AmpArgs::convert_options() const {
+  if (amp != "bf16" && amp != "fp16") fail("--amp {}: expected bf16 or fp16 (convert writes a low-precision model)", amp);
+  if (layout == "auto")
+    fail("--layout auto: convert writes the model's own layout (keep, the default) or channels-last (nhwc)");
+  return *options();
+}
+
 void check_excluded_nodes(const std::optional<engine::AmpOptions>& amp, const ir::Graph& g) {
   if (!amp || amp->excluded_nodes.empty()) return;
   std::set<std::string_view> names;

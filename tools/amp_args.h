@@ -25,6 +25,9 @@ struct AmpArgs {
   // The options for engine::convert_for_amp, or nullopt for --amp off. Throws
   // ampfuse::Error naming the option for a bad value.
   std::optional<engine::AmpOptions> options() const;
+  // The options for `convert` (the CLI's and the Python module's), which writes a model:
+  // --amp must be bf16 or fp16, and --layout nhwc or keep (a file has no "auto").
+  engine::AmpOptions convert_options() const;
 };
 
 // Throws ampfuse::Error for an --exclude name that is no node of `g` (the model as loaded,

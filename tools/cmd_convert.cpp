@@ -106,16 +106,12 @@ ConvertedModel convert_model_file(const std::string& path, const std::map<std::s
 }
 
 int run_convert(const ConvertOptions& o) {
-  if (o.amp.amp != "bf16" && o.amp.amp != "fp16")
-    fail("--amp {}: expected bf16 or fp16 (convert writes a low-precision model)", o.amp.amp);
-  const std::optional<engine::AmpOptions> amp = o.amp.options();
-  if (o.amp.layout == "auto")
-    fail("--layout auto: convert writes the model's own layout (keep, the default) or channels-last (nhwc)");
+  const engine::AmpOptions amp = o.amp.convert_options();
   if (!o.params_out.empty() && o.params.empty()) fail("--params-out {}: needs --params, the weights to convert", o.params_out);
   const std::map<std::string, ir::Shape> shapes = parse_shape_args(o.shapes);
   const std::optional<ParamsFile> params =
       o.params.empty() ? std::nullopt : std::optional<ParamsFile>(read_params_file(o.params));
-  const ConvertedModel c = convert_model_file(o.model, shapes, *amp, params ? &*params : nullptr);
+  const ConvertedModel c = convert_model_file(o.model, shapes, amp, params ? &*params : nullptr);
   const ir::Graph& converted = c.graph;
   const engine::AmpStats& stats = c.stats;
   const size_t op_nodes_before = c.nodes_before;

@@ -388,14 +388,11 @@ class Model {
 
 std::string convert(const Source& source, const std::optional<tools::ParamsFile>& params,
                     const std::map<std::string, ir::Shape>& shapes, const Options& o) {
-  const tools::AmpArgs a = o.amp_args();
-  if (a.amp != "bf16" && a.amp != "fp16")
-    fail("--amp {}: expected bf16 or fp16 (convert writes a low-precision model)", a.amp);
+  const engine::AmpOptions amp = o.amp_args().convert_options();
   if (source.kind == "default") fail("convert needs an MXNet model (a *-symbol.json file or its text)");
-  const std::optional<engine::AmpOptions> amp = a.options();
   nb::gil_scoped_release nogil;
   Untyped u = load_untyped(source);
-  return tools::convert_model(std::move(u.graph), u.unreached, shapes, *amp, params ? &*params : nullptr).json;
+  return tools::convert_model(std::move(u.graph), u.unreached, shapes, amp, params ? &*params : nullptr).json;
 }
 
 std::optional<tools::ParamsFile> params_arg(const nb::object& p) {
