@@ -87,9 +87,14 @@ TEST(CliConvert, OpenHintExtentsThatMatterAskForShape) {
                      "the converted model depends on the shapes of inputs the file leaves open: typed without --shape "
                      "as data (__shape__ (0, 3), its open extents as 1), and again as data (__shape__ (0, 3), its open "
                      "extents as 2)");
-  // No hint at all, and no op that implies a rank (Activation keeps any): still unknown.
-  expect_clean_error(run_cli(fmt::format("convert '{}' --amp bf16 -o '{}'", data + "three_activations.json", dir.file("m.json"))),
-                     "the shape of x is unknown: give --shape x=D0,D1,...");
+  // No hint at all, and no op that implies a rank (Activation keeps any): tried at each rank
+  // from 1 to 5, it converts at all of them to one file, which runs at any rank.
+  const CliResult any_rank =
+      run_cli(fmt::format("convert '{}' --amp bf16 -o '{}'", data + "three_activations.json", dir.file("m.json")));
+  ASSERT_EQ(any_rank.status, 0) << any_rank.err;
+  for (const char* shape : {"7", "2,3,5"})
+    EXPECT_EQ(run_cli(fmt::format("run '{}' --shape x={} --no-baseline --repeat 1", dir.file("m.json"), shape)).status, 0)
+        << shape;
 }
 
 // A Gluon export: `data` has no __shape__ hint; it is scaled per channel, batch-normalized and
@@ -153,6 +158,59 @@ TEST(CliConvert, AnInputWithoutHintTakesTheShapeItsReaderImplies) {
   expect_clean_error(run_cli(fmt::format("convert '{}' --amp bf16 -o '{}'", dir.file("pinned.json"), dir.file("p.json"))),
                      "typed without --shape: data (no __shape__ hint, as f32[1,3,512,512]); give their shapes");
   EXPECT_EQ(run_cli(fmt::format("convert '{}' --shape data=1,3,5,5 --amp bf16 -o '{}'", dir.file("pinned.json"),
+                                dir.file("p.json")))
+                .status,
+            0);
+}
+
+// A hint-less input read first by an op that implies no rank (an NHWC model's transpose):
+// typed at each rank from 1 to 5, the model converts at rank 4 alone. Where it converts at
+// no rank, the error says so and names what was tried.
+std::string transposed_input_model(const std::string& fc_weight_hint) {
+  nlohmann::json nodes = nlohmann::json::array();
+  nodes.push_back({{"op", "null"}, {"name", "data"}, {"inputs", nlohmann::json::array()}});
+  nodes.push_back({{"op", "transpose"}, {"name", "nchw"}, {"attrs", {{"axes", "(0, 3, 1, 2)"}}}, {"inputs", {{0, 0, 0}}}});
+  nodes.push_back({{"op", "null"}, {"name", "conv_weight"}, {"attrs", {{"__shape__", "(4, 0, 3, 3)"}}}, {"inputs", nlohmann::json::array()}});
+  nodes.push_back({{"op", "Convolution"},
+                   {"name", "conv"},
+                   {"attrs", {{"kernel", "(3, 3)"}, {"pad", "(1, 1)"}, {"num_filter", "4"}, {"no_bias", "True"}}},
+                   {"inputs", {{1, 0, 0}, {2, 0, 0}}}});
+  nodes.push_back({{"op", "null"}, {"name", "fc_weight"}, {"attrs", {{"__shape__", fc_weight_hint}}}, {"inputs", nlohmann::json::array()}});
+  nodes.push_back({{"op", "FullyConnected"},
+                   {"name", "fc"},
+                   {"attrs", {{"num_hidden", "2"}, {"no_bias", "True"}}},
+                   {"inputs", {{3, 0, 0}, {4, 0, 0}}}});
+  return nlohmann::json{{"nodes", nodes}, {"arg_nodes", {0, 2, 4}}, {"heads", {{5, 0, 0}}},
+                        {"attrs", {{"mxnet_version", {"int", 10901}}}}}
+      .dump();
+}
+
+TEST(CliConvert, AnInputWhoseRankNoOpImpliesIsTriedAtEachRank) {
+  testing::ScopedTempDir dir;
+  std::ofstream(dir.file("nhwc.json")) << transposed_input_model("(2, 0)");
+  const CliResult r = run_cli(fmt::format("convert '{}' --amp bf16 -o '{}'", dir.file("nhwc.json"), dir.file("c.json")));
+  ASSERT_EQ(r.status, 0) << r.err;
+  ASSERT_EQ(run_cli(fmt::format("convert '{}' --shape data=1,5,5,3 --amp bf16 -o '{}'", dir.file("nhwc.json"),
+                                dir.file("shaped.json")))
+                .status,
+            0);
+  nlohmann::json plain = nlohmann::json::parse(read_text(dir.file("c.json")));
+  const nlohmann::json shaped = nlohmann::json::parse(read_text(dir.file("shaped.json")));
+  // The same conversion, but for the hints: data keeps none, the weights keep the file's.
+  for (nlohmann::json& n : plain["nodes"])
+    if (n["name"] == "data") EXPECT_FALSE(n.contains("attrs") && n["attrs"].contains("__shape__")) << n;
+  EXPECT_NE(read_text(dir.file("c.json")).find("\"amp_cast\""), std::string::npos);
+  ASSERT_EQ(plain["nodes"].size(), shaped["nodes"].size());
+  for (size_t i = 0; i < plain["nodes"].size(); ++i)
+    EXPECT_EQ(plain["nodes"][i]["op"], shaped["nodes"][i]["op"]) << i;
+  EXPECT_EQ(run_cli(fmt::format("run '{}' --shape data=2,5,5,3 --no-baseline --repeat 1", dir.file("c.json"))).status, 0);
+
+  // A weight that pins the flattened size: no rank converts, and the error says so.
+  std::ofstream(dir.file("pinned.json")) << transposed_input_model("(2, 100)");
+  expect_clean_error(run_cli(fmt::format("convert '{}' --amp bf16 -o '{}'", dir.file("pinned.json"), dir.file("p.json"))),
+                     "no op implies the rank of 1 input(s) without a __shape__ hint, and typed at every rank from 1 to 5 "
+                     "the model does not convert either");
+  EXPECT_EQ(run_cli(fmt::format("convert '{}' --shape data=1,5,5,4 --amp bf16 -o '{}'", dir.file("pinned.json"),
                                 dir.file("p.json")))
                 .status,
             0);

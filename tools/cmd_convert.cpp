@@ -14,6 +14,7 @@
 
 #include <fstream>
 #include <memory>
+#include <optional>
 
 namespace ampfuse::tools {
 
@@ -36,22 +37,33 @@ struct ConvertOptions {
 // the op reading it implies (implied_input_shape: a first convolution's rank and, from its
 // weight, channels), its batch 1 and then 2, its other extents 512 and then 1024: what
 // image networks are built for or larger, so that strided, unpadded and fixed-size pooling
-// layers keep positive extents (types only: nothing is allocated). A graph that cannot be
-// typed so, or whose result differs, names the inputs to give --shape for.
+// layers keep positive extents (types only: nothing is allocated). An input whose reader
+// implies no rank (a transpose, say) is tried at every rank from 1 to kMaxTriedRank, each
+// extent as above: the ranks at which the model converts must all give the same file. A
+// graph that cannot be typed so, or whose result differs, names the inputs to give --shape
+// for.
 constexpr int64_t kUnhintedExtent = 512;
+constexpr int kMaxTriedRank = 5;
 
 // Types the inputs that have no __shape__ hint and no --shape with implied_input_shape's
-// shape for `placeholder`; each goes into `open_hints` with no hint ("").
-void type_unhinted_inputs(ir::Graph& g, const std::string& path, const std::map<std::string, ir::Shape>& shapes,
-                          const ParamsFile* params, int64_t placeholder,
-                          std::map<std::string, std::string>& open_hints) {
+// shape for `placeholder`, or where that implies nothing and `rank` > 0, with `rank` extents
+// (the batch `placeholder`, the others kUnhintedExtent * placeholder); each goes into
+// `open_hints` with no hint (""). Returns how many took `rank`.
+int type_unhinted_inputs(ir::Graph& g, const std::string& path, const std::map<std::string, ir::Shape>& shapes,
+                         const ParamsFile* params, int64_t placeholder, int rank,
+                         std::map<std::string, std::string>& open_hints) {
+  int ranked = 0;
   for (int32_t i = 0; i < static_cast<int32_t>(g.nodes.size()); ++i) {
     ir::Node& v = g.nodes[i];
     if (!v.is_var() || v.role != ir::VarRole::input || !v.outputs.empty() || v.hints.count("__shape__") ||
         shapes.count(v.name))
       continue;
-    const std::optional<ir::Shape> shape =
-        implied_input_shape(g, i, params, placeholder, kUnhintedExtent * placeholder);
+    std::optional<ir::Shape> shape = implied_input_shape(g, i, params, placeholder, kUnhintedExtent * placeholder);
+    if (!shape && rank > 0) {
+      shape = ir::Shape(static_cast<size_t>(rank), kUnhintedExtent * placeholder);
+      (*shape)[0] = placeholder;
+      ++ranked;
+    }
     if (!shape) continue;
     const ir::DType dtype = with_context(fmt::format("{}: variable '{}'", path, v.name), [&] {
       return ir::variable_dtype_hint(v).value_or(ir::DType::f32);
@@ -60,6 +72,7 @@ void type_unhinted_inputs(ir::Graph& g, const std::string& path, const std::map<
     v.hints.erase("__dtype__");
     open_hints[v.name] = "";
   }
+  return ranked;
 }
 
 ConvertedModel convert_model_file(const std::string& path, const std::map<std::string, ir::Shape>& shapes,
@@ -78,11 +91,13 @@ ConvertedModel convert_model_file(const std::string& path, const std::map<std::s
     }
     return names;
   };
-  auto convert_with = [&](int64_t placeholder, std::map<std::string, std::string>& open_hints,
-                          std::vector<std::string>& typed) {
+  // `ranked`: how many inputs took `rank` (0 when none did, or rank is 0).
+  auto convert_with = [&](int64_t placeholder, int rank, std::map<std::string, std::string>& open_hints,
+                          std::vector<std::string>& typed, int* ranked = nullptr) {
     std::set<std::string> unreached;
     ir::Graph g = load_model_file_with_placeholder(path, &unreached, placeholder, &open_hints);
-    type_unhinted_inputs(g, path, shapes, params, placeholder, open_hints);
+    const int took_rank = type_unhinted_inputs(g, path, shapes, params, placeholder, rank, open_hints);
+    if (ranked) *ranked = took_rank;
     typed = typed_as(g, open_hints, placeholder);
     try {
       return convert_model(std::move(g), unreached, shapes, amp, params, open_hints);
@@ -92,17 +107,54 @@ ConvertedModel convert_model_file(const std::string& path, const std::map<std::s
            fmt::join(typed, ", "));
     }
   };
+  // The rank for inputs no reader implies one for: 0 when the model converts without.
+  int rank = 0;
   std::map<std::string, std::string> open_hints;
   std::vector<std::string> typed;
-  ConvertedModel c = convert_with(1, open_hints, typed);
-  if (typed.empty()) return c;
+  std::optional<ConvertedModel> c;
+  std::string unranked_error;
+  try {
+    c = convert_with(1, 0, open_hints, typed);
+  } catch (const Error& e) {
+    unranked_error = e.what();
+  }
+  if (!c) {
+    // Every rank at which it converts must give the same file.
+    int ranked = 0;
+    for (int r = 1; r <= kMaxTriedRank; ++r) {
+      std::map<std::string, std::string> hints;
+      std::vector<std::string> typed_r;
+      std::optional<ConvertedModel> at_rank;
+      try {
+        at_rank = convert_with(1, r, hints, typed_r, &ranked);
+      } catch (const Error&) {
+      }
+      if (ranked == 0) fail("{}", unranked_error);  // every input had a shape: a rank changes nothing
+      if (!at_rank) continue;
+      if (!c) {
+        c = std::move(at_rank);
+        rank = r;
+        open_hints = std::move(hints);
+        typed = std::move(typed_r);
+      } else if (at_rank->json != c->json) {
+        fail("the converted model depends on the rank of inputs no op implies one for: typed without --shape as {}, "
+             "and again as {}, it converts differently: give their shapes (--shape NAME=D0,D1,...)",
+             fmt::join(typed, ", "), fmt::join(typed_r, ", "));
+      }
+    }
+    if (!c)
+      fail("{} (no op implies the rank of {} input(s) without a __shape__ hint, and typed at every rank from 1 to {} "
+           "the model does not convert either)",
+           unranked_error, ranked, kMaxTriedRank);
+  }
+  if (typed.empty()) return std::move(*c);
   std::map<std::string, std::string> again;
   std::vector<std::string> typed_again;
-  if (convert_with(2, again, typed_again).json != c.json)
+  if (convert_with(2, rank, again, typed_again).json != c->json)
     fail("the converted model depends on the shapes of inputs the file leaves open: typed without --shape as {}, "
          "and again as {}, it converts differently: give their shapes (--shape NAME=D0,D1,...)",
          fmt::join(typed, ", "), fmt::join(typed_again, ", "));
-  return c;
+  return std::move(*c);
 }
 
 int run_convert(const ConvertOptions& o) {
