@@ -10,8 +10,10 @@
 #include "ir/type_inference.h"
 #include "runtime/device_api.h"
 #include "runtime/kernel_cache.h"
+#include "runtime/onednn/onednn_ops.h"
 #include "tests/test_util.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -309,6 +311,59 @@ TEST(Executor, ReorderedConvolutionWeightsFollowRebinding) {
     expect_near(runtime::interpret(g, vars), exe.run(vars), 1e-5);
     vars["w"] = runtime::random_bindings(g, seed).at("w");
   }
+}
+
+// Convolution nets compiled from four threads at once: each compile makes its oneDNN
+// primitives on threads of its own (runtime::OnednnPrefetch) while other compiles make theirs,
+// each primitive once however many compiles want it, and every executable computes what the
+// interpreter does.
+TEST(ExecutorThreads, ConvolutionNetsCompiledFromFourThreadsAtOnce) {
+  // Threads 0 and 1 compile the same net, 2 and 3 each one of their own: input sizes no
+  // other test uses, so that every primitive is made here.
+  const auto net = [](int t) {
+    const int side = 37 + 2 * std::max(t, 1);
+    ir::Graph g = ir::parse_graph(fmt::format(R"(graph {{
+      %x = var input : f32[1,8,{0},{0}]
+      %w = var param : f32[24,8,3,3]
+      %c = Convolution(%x, %w) {{kernel=[3,3], num_filter=24, no_bias=true, pad=[1,1]}}
+      %r = Activation(%c) {{act_type="relu"}}
+      %p = Pooling(%r) {{kernel=[3,3], stride=[2,2], pool_type="max"}}
+      %v = var param : f32[16,24,1,1]
+      %d = Convolution(%p, %v) {{kernel=[1,1], num_filter=16, no_bias=true}}
+      %u = var param : f32[16,16,3,3]
+      %e = Convolution(%d, %u) {{kernel=[3,3], num_filter=16, no_bias=true, pad=[1,1]}}
+      return %e
+    }})", side));
+    ir::infer_types(g);
+    return g;
+  };
+  const size_t created_before = runtime::onednn_primitives_created();
+  std::vector<std::thread> threads;
+  std::vector<double> worst(4, -1);
+  std::vector<int> onednn_ops(4);
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&, t] {
+      const ir::Graph g = net(t);
+      ExecutorOptions opts;
+      opts.layout = "keep";
+      const Executable exe = Executable::compile(g, opts);
+      onednn_ops[t] = exe.compile_stats().onednn_ops;
+      const runtime::Bindings vars = runtime::random_bindings(g, 6 + t);
+      const std::vector<Tensor> want = runtime::interpret(g, vars), got = exe.run(vars);
+      double largest = 0, diff = 0;
+      for (int64_t i = 0; i < want[0].size(); ++i) {
+        largest = std::max(largest, std::fabs(want[0].get_f64(i)));
+        diff = std::max(diff, std::fabs(want[0].get_f64(i) - got[0].get_f64(i)));
+      }
+      worst[t] = diff / largest;
+    });
+  for (std::thread& t : threads) t.join();
+  for (int t = 0; t < 4; ++t) {
+    EXPECT_EQ(onednn_ops[t], 4) << t;
+    EXPECT_LE(worst[t], 1e-5) << t;
+  }
+  EXPECT_EQ(runtime::onednn_primitives_created() - created_before, 3 * 4)
+      << "three nets of four primitives each (three convolutions, one pooling), each made once";
 }
 
 }  // namespace

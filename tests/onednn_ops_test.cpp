@@ -16,6 +16,7 @@
 #include <cmath>
 #include <filesystem>
 #include <iostream>
+#include <map>
 
 namespace ampfuse::runtime {
 namespace {
@@ -175,6 +176,46 @@ TEST(Onednn, PrimitivesAreCreatedOncePerShape) {
   const size_t created = onednn_primitives_created();
   for (int i = 0; i < 3; ++i) onednn_run(g.nodes.back(), in, out);
   EXPECT_EQ(onednn_primitives_created(), created);
+}
+
+// OnednnPrefetch makes the primitives that onednn_primitive then only looks up, each key once
+// (two nodes of one shape share a primitive), and leaves a node oneDNN refuses to
+// onednn_primitive, which reports it as before.
+TEST(Onednn, PrefetchMakesThePrimitivesOnednnPrimitiveFinds) {
+  std::vector<TensorType> x = {{DType::f32, {1, 5, 23, 23}}, {DType::f32, {7, 5, 3, 3}}};
+  ir::GraphBuilder b;
+  auto in = b.input("x", x[0]);
+  auto w = b.input("w", x[1]);
+  const std::map<std::string, std::string> conv = {{"kernel", "(3,3)"}, {"num_filter", "7"}, {"no_bias", "True"}};
+  std::map<std::string, std::string> padded = conv;
+  padded["pad"] = "(1,1)";
+  auto c1 = b.op("Convolution", {in, w}, conv, "c1");
+  auto c2 = b.op("Convolution", {in, w}, conv, "c2");  // c1's key
+  auto c3 = b.op("Convolution", {in, w}, padded, "c3");
+  auto t = b.op("tanh", {c3});  // no oneDNN primitive
+  b.output(b.op("Pooling", {c1}, {{"kernel", "(2,2)"}, {"pool_type", "avg"}}, "pool"));
+  b.output(c2);
+  b.output(t);
+  ir::Graph g = b.finish();
+  std::vector<OnednnPrefetch::Item> items;
+  std::vector<std::vector<TensorType>> types;
+  for (const ir::Node& n : g.nodes) {
+    if (n.is_var()) continue;
+    std::vector<TensorType> in_types;
+    for (ir::ValueRef v : n.inputs) in_types.push_back(g.type(v));
+    items.push_back({&n, in_types});
+    types.push_back(in_types);
+  }
+  const size_t before = onednn_primitives_created();
+  OnednnPrefetch(items).wait();
+  EXPECT_EQ(onednn_primitives_created() - before, 3u) << "c1 (= c2), c3 and the pooling";
+  size_t i = 0, made = 0;
+  for (const ir::Node& n : g.nodes) {
+    if (n.is_var()) continue;
+    made += onednn_primitive(n, types[i++]) != nullptr;
+  }
+  EXPECT_EQ(made, 4u);
+  EXPECT_EQ(onednn_primitives_created() - before, 3u) << "onednn_primitive made one more";
 }
 
 // Every external op of a real model runs on oneDNN, in f32 and after bf16 AMP (bf16 data,

@@ -19,6 +19,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <optional>
 
 #include <unistd.h>
 
@@ -261,6 +262,21 @@ Executable Executable::compile(ir::Graph g, const ExecutorOptions& opts) {
     fmt::print(stderr, "ampfuse: warning: {}: {}; its {} nodes run on the reference interpreter\n", where, why,
                k.kernel->nodes.size());
   };
+  // oneDNN's primitives are made on other threads while this one lowers the kernels and
+  // loads or compiles their code (OnednnPrefetch); the loop after that takes them in step order.
+  const auto external_inputs = [&](const ir::Node& node) {
+    std::vector<ir::TensorType> types;
+    for (ValueRef in : node.inputs) types.push_back(graph.type(in));
+    return types;
+  };
+  std::optional<runtime::OnednnPrefetch> prefetch;
+  if (opts.use_onednn) {
+    std::vector<runtime::OnednnPrefetch::Item> items;
+    for (const PlanStep& step : im.plan.steps)
+      if (const auto* e = std::get_if<ExternalStep>(&step))
+        items.push_back({&graph.nodes[e->node], external_inputs(graph.nodes[e->node])});
+    prefetch.emplace(std::move(items));
+  }
   im.kernel_of_step.assign(steps, -1);
   im.externals.resize(steps);
   im.kernels.reserve(steps);
@@ -281,29 +297,8 @@ Executable Executable::compile(ir::Graph g, const ExecutorOptions& opts) {
       } catch (const Error& e) {
         fall_back(ks, e.what());
       }
-    } else if (const auto* e = std::get_if<ExternalStep>(&step)) {
+    } else if (std::holds_alternative<ExternalStep>(step)) {
       ++st.external_ops;
-      const ir::Node& node = graph.nodes[e->node];
-      std::vector<ir::TensorType> types;
-      for (ValueRef in : node.inputs) types.push_back(graph.type(in));
-      if (!opts.use_onednn) continue;
-      // A primitive that cannot be created (onednn_primitive throws; AMPFUSE_FAULT=primitive
-      // makes it) is handled as a kernel that cannot be compiled: an error when strict, else
-      // the node runs on the interpreter's kernel after a warning, listed in
-      // CompileStats::fallbacks as "node N 'name' (op): reason".
-      try {
-        im.externals[s].onednn = runtime::onednn_primitive(node, types);
-      } catch (const Error& err) {
-        const std::string where = node_label(graph, e->node);
-        if (opts.strict) fail("{}: {}", where, err.what());
-        st.fallbacks.push_back(fmt::format("{}: {}", where, err.what()));
-        fmt::print(stderr, "ampfuse: warning: {}: {}; it runs on the reference interpreter\n", where, err.what());
-      }
-      if (!im.externals[s].onednn) continue;
-      ++st.onednn_ops;
-      const std::string impl_name = runtime::onednn_impl_name(node, types);
-      if (runtime::onednn_impl_is_slow(impl_name))
-        st.slow_external.push_back(fmt::format("{} ({}): {}", node.name, node.op, impl_name));
     } else {
       ++st.views;
     }
@@ -340,6 +335,31 @@ Executable Executable::compile(ir::Graph g, const ExecutorOptions& opts) {
   const auto with_code = std::count_if(im.kernels.begin(), im.kernels.end(), [](const KernelStep& k) { return k.code != nullptr; });
   st.cache_hits = std::max(0, static_cast<int>(with_code) - st.compilations);
   st.disk_loads = static_cast<int>(runtime::disk_loads_on_this_thread() - disk_loads_before);
+
+  // The oneDNN primitives. One that cannot be created (onednn_primitive throws;
+  // AMPFUSE_FAULT=primitive makes it) is handled as a kernel that cannot be compiled: an error
+  // when strict, else the node runs on the interpreter's kernel after a warning, listed in
+  // CompileStats::fallbacks as "node N 'name' (op): reason".
+  if (prefetch) prefetch->wait();
+  for (size_t s = 0; s < steps && opts.use_onednn; ++s) {
+    const auto* e = std::get_if<ExternalStep>(&im.plan.steps[s]);
+    if (!e) continue;
+    const ir::Node& node = graph.nodes[e->node];
+    const std::vector<ir::TensorType> types = external_inputs(node);
+    try {
+      im.externals[s].onednn = runtime::onednn_primitive(node, types);
+    } catch (const Error& err) {
+      const std::string where = node_label(graph, e->node);
+      if (opts.strict) fail("{}: {}", where, err.what());
+      st.fallbacks.push_back(fmt::format("{}: {}", where, err.what()));
+      fmt::print(stderr, "ampfuse: warning: {}: {}; it runs on the reference interpreter\n", where, err.what());
+    }
+    if (!im.externals[s].onednn) continue;
+    ++st.onednn_ops;
+    const std::string impl_name = runtime::onednn_impl_name(node, types);
+    if (runtime::onednn_impl_is_slow(impl_name))
+      st.slow_external.push_back(fmt::format("{} ({}): {}", node.name, node.op, impl_name));
+  }
 
   // Constant params and the steps computed from them alone.
   im.constant_node.assign(graph.nodes.size(), false);

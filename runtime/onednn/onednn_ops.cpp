@@ -22,7 +22,9 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <thread>
 #include <unordered_map>
+#include <unordered_set>
 
 namespace ampfuse::runtime {
 
@@ -757,19 +759,37 @@ std::string cache_key(const Node& n, Types in) {
   return key;
 }
 
+// One key's entry, made once by whichever thread asks first while the others that ask wait
+// for it. The map's lock is not held while an entry is made, so entries of different keys
+// are made at the same time (OnednnPrefetch). An entry whose making throws is not kept: the
+// next one to ask tries again and meets the same error.
+struct Slot {
+  std::once_flag once;
+  std::shared_ptr<const Entry> entry;
+};
+
 std::mutex g_mutex;
-std::unordered_map<std::string, std::shared_ptr<const Entry>> g_cache;
+std::unordered_map<std::string, std::shared_ptr<Slot>> g_cache;
 size_t g_created = 0;
 
 std::shared_ptr<const Entry> entry_for(const Node& n, Types in, bool solo = false) {
   if (n.outputs.empty()) fail("node '{}' ({}) has no inferred types", n.name, n.op);
   const std::string key = cache_key(n, in) + (solo ? ";solo" : "");
-  std::lock_guard lock(g_mutex);
-  if (auto it = g_cache.find(key); it != g_cache.end()) return it->second;
-  auto entry = std::make_shared<const Entry>(make_entry(n, in, solo));
-  if (entry->prepared) ++g_created;
-  g_cache.emplace(key, entry);
-  return entry;
+  std::shared_ptr<Slot> slot;
+  {
+    std::lock_guard lock(g_mutex);
+    std::shared_ptr<Slot>& s = g_cache[key];
+    if (!s) s = std::make_shared<Slot>();
+    slot = s;
+  }
+  std::call_once(slot->once, [&] {
+    slot->entry = std::make_shared<const Entry>(make_entry(n, in, solo));
+    if (slot->entry->prepared) {
+      std::lock_guard lock(g_mutex);
+      ++g_created;
+    }
+  });
+  return slot->entry;
 }
 
 }  // namespace
@@ -946,6 +966,49 @@ void onednn_run(const Node& node, std::span<const Tensor> inputs, std::span<Tens
 std::string onednn_impl_name(const Node& node, std::span<const TensorType> inputs) {
   auto e = entry_for(node, inputs);
   return e->prepared ? e->prepared->impl : "";
+}
+
+struct OnednnPrefetch::Work {
+  std::vector<Item> items;
+  std::atomic<size_t> next{0};
+  int omp_threads = 1;
+
+  void make_entries() {
+    for (size_t i; (i = next.fetch_add(1)) < items.size();) try {
+        entry_for(*items[i].node, items[i].inputs);
+      } catch (...) {
+        // onednn_primitive meets it again, on the compiling thread, and reports it.
+      }
+  }
+};
+
+OnednnPrefetch::OnednnPrefetch(std::vector<Item> items) : work_(std::make_shared<Work>()) {
+  // Each key once: a second thread asking for a key that is being made would only wait.
+  std::unordered_set<std::string> keys;
+  for (Item& item : items)
+    if (!item.node->outputs.empty() && keys.insert(cache_key(*item.node, item.inputs)).second)
+      work_->items.push_back(std::move(item));
+  work_->omp_threads = omp_get_max_threads();
+  const size_t cores = std::max(2u, std::thread::hardware_concurrency());
+  const size_t helpers = std::min({work_->items.size() / 2, cores - 1, size_t{4}});
+  for (size_t t = 0; t < helpers; ++t)
+    threads_.emplace_back([work = work_] {
+      // The thread count a primitive is made for is read from the making thread's OpenMP
+      // settings: these threads take the constructing thread's.
+      omp_set_num_threads(work->omp_threads);
+      work->make_entries();
+    });
+}
+
+void OnednnPrefetch::wait() {
+  work_->make_entries();
+  for (std::thread& t : threads_) t.join();
+  threads_.clear();
+}
+
+OnednnPrefetch::~OnednnPrefetch() {
+  work_->next = work_->items.size();  // what is not started is left for onednn_primitive
+  for (std::thread& t : threads_) t.join();
 }
 
 size_t onednn_primitives_created() {

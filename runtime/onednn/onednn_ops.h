@@ -30,6 +30,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 namespace ampfuse::runtime {
@@ -96,6 +97,33 @@ std::string onednn_impl_name(const ir::Node& node, std::span<const TensorType> i
 // "bnorm_ref:..." and "simple...", such as "simple_nchw:any" pooling. Run reports flag
 // those on hot paths.
 bool onednn_impl_is_slow(std::string_view impl);
+
+// Makes the primitives that onednn_primitive will be asked for, for these nodes with these
+// input types, on threads of its own while the caller goes on with other work. A model's
+// distinct convolutions take 0.2-1 ms each to make (oneDNN generates their kernels then):
+// most of a compile whose kernels and plan come from the disk cache (bench/README.md, "Disk
+// kernel cache"). Each is made for the OpenMP thread count of the thread that constructs
+// this, so it is the primitive that thread would have made. Nothing is reported here: a node
+// that fails fails again in onednn_primitive, which reports it. The nodes must outlive this.
+class OnednnPrefetch {
+ public:
+  struct Item {
+    const ir::Node* node;
+    std::vector<TensorType> inputs;
+  };
+  explicit OnednnPrefetch(std::vector<Item> items);
+  // Helps with what is left, and returns when every primitive is made.
+  void wait();
+  // Returns once the primitives started are made; those not started are not made.
+  ~OnednnPrefetch();
+  OnednnPrefetch(const OnednnPrefetch&) = delete;
+  OnednnPrefetch& operator=(const OnednnPrefetch&) = delete;
+
+ private:
+  struct Work;
+  std::shared_ptr<Work> work_;
+  std::vector<std::thread> threads_;
+};
 
 // How many primitives were created (cache misses) in this process.
 size_t onednn_primitives_created();
