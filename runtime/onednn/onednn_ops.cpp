@@ -22,6 +22,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <system_error>
 #include <thread>
 #include <unordered_map>
 #include <unordered_set>
@@ -991,13 +992,16 @@ OnednnPrefetch::OnednnPrefetch(std::vector<Item> items) : work_(std::make_shared
   work_->omp_threads = omp_get_max_threads();
   const size_t cores = std::max(2u, std::thread::hardware_concurrency());
   const size_t helpers = std::min({work_->items.size() / 2, cores - 1, size_t{4}});
-  for (size_t t = 0; t < helpers; ++t)
-    threads_.emplace_back([work = work_] {
-      // The thread count a primitive is made for is read from the making thread's OpenMP
-      // settings: these threads take the constructing thread's.
-      omp_set_num_threads(work->omp_threads);
-      work->make_entries();
-    });
+  for (size_t t = 0; t < helpers; ++t) try {
+      threads_.emplace_back([work = work_] {
+        // The thread count a primitive is made for is read from the making thread's OpenMP
+        // settings: these threads take the constructing thread's.
+        omp_set_num_threads(work->omp_threads);
+        work->make_entries();
+      });
+    } catch (const std::system_error&) {
+      break;  // no thread to be had: wait() makes the rest
+    }
 }
 
 void OnednnPrefetch::wait() {
