@@ -222,7 +222,13 @@ void KernelEmitter::emit(const std::string& symbol) {
     llvm::Function* rows = begin_function(symbol + ".rows", llvm::Function::InternalLinkage);
     emit_strided();
     llvm::Function* tiles = begin_function(symbol + ".tiles", llvm::Function::InternalLinkage);
-    emit_tiles();
+    if (stages_tiles()) {
+      tiles->addFnAttr(kStreamingAttribute);  // only its aligned output loops' stores
+      tiles->addFnAttr(llvm::Attribute::NoInline);  // keeps the attribute to itself
+      emit_staged_tiles();
+    }
+    else
+      emit_tiles();
     emit_tiled_dispatch(symbol, rows, tiles);
     return;
   }
