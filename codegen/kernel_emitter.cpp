@@ -185,7 +185,7 @@ void KernelEmitter::store_flags(const std::vector<Value*>& accumulators) {
 }
 
 void KernelEmitter::counted_loop(const char* name, Value* from, Value* to, Value* step,
-                                 const std::function<void(Value*)>& body) {
+                                 const std::function<void(Value*)>& body, unsigned vector_width) {
   llvm::BasicBlock* pre = b_.GetInsertBlock();
   llvm::BasicBlock* header = llvm::BasicBlock::Create(ctx_, name, fn_);
   llvm::BasicBlock* after = llvm::BasicBlock::Create(ctx_, std::string(name) + ".end", fn_);
@@ -196,7 +196,17 @@ void KernelEmitter::counted_loop(const char* name, Value* from, Value* to, Value
   body(iv);
   Value* next = b_.CreateNUWAdd(iv, step);
   iv->addIncoming(next, b_.GetInsertBlock());
-  b_.CreateCondBr(b_.CreateICmpULT(next, to), header, after);
+  llvm::BranchInst* latch = b_.CreateCondBr(b_.CreateICmpULT(next, to), header, after);
+  if (vector_width > 0) {
+    llvm::Metadata* width[] = {llvm::MDString::get(ctx_, "llvm.loop.vectorize.width"),
+                               llvm::ConstantAsMetadata::get(b_.getInt32(vector_width))};
+    llvm::Metadata* enable[] = {llvm::MDString::get(ctx_, "llvm.loop.vectorize.enable"),
+                                llvm::ConstantAsMetadata::get(b_.getTrue())};
+    llvm::TempMDTuple self = llvm::MDNode::getTemporary(ctx_, {});
+    llvm::MDNode* id = llvm::MDNode::getDistinct(ctx_, {self.get(), llvm::MDNode::get(ctx_, width), llvm::MDNode::get(ctx_, enable)});
+    id->replaceOperandWith(0, id);
+    latch->setMetadata(llvm::LLVMContext::MD_loop, id);
+  }
   b_.SetInsertPoint(after);
 }
 

@@ -67,7 +67,7 @@ class KernelEmitter {
   void stage_transposed(int k, Value* buf, Value* slab_off, Value* r0, Value* nr, Value* c0, Value* nc);
   void copy_elements(int k, Value* buf, Value* slab_off, Value* r0, Value* c0, Value* nc, Value* r_from, Value* r_to,
                      Value* c_from, Value* c_to);
-  Value* load_tile(int k, Value* slab_off, Value* row, Value* col, int64_t rows, int64_t cols);
+  Value* load_tile(int k, Value* slab_off, Value* row, Value* col, int64_t rows, int64_t cols, bool prefetch);
   Value* concat(std::vector<Value*> parts);  // equal vectors, padded with poison to a power of two
   void tag_access(llvm::Instruction* inst, int k);
   void if_then(Value* cond, const std::function<void()>& then);
@@ -76,7 +76,9 @@ class KernelEmitter {
   // counted_loop that runs no iteration when from >= to.
   void guarded_loop(const char* name, Value* from, Value* to, Value* step, const std::function<void(Value*)>& body);
   // for (iv = from; iv < to; iv += step) body(iv), for from < to (checked by the caller).
-  void counted_loop(const char* name, Value* from, Value* to, Value* step, const std::function<void(Value*)>& body);
+  // A nonzero vector_width asks the loop vectorizer for that many lanes.
+  void counted_loop(const char* name, Value* from, Value* to, Value* step, const std::function<void(Value*)>& body,
+                    unsigned vector_width = 0);
   // Offset of a strided operand's element: `base` plus index * stride for the listed dims.
   Value* strided_offset(int k, Value* base, const std::vector<std::pair<int, Value*>>& dims);
   // One element: loads at `offsets` (nullptr: element 0), the body, the stores, and the

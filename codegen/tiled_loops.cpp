@@ -89,8 +89,9 @@ Value* KernelEmitter::concat(std::vector<Value*> parts) {
 
 // A tile of operand k: `cols` vectors of `rows` elements, vector j holding rows
 // [row, row+rows) of column col+j (contiguous: unit row stride). Loaded as one vector of
-// rows*cols elements, column after column.
-Value* KernelEmitter::load_tile(int k, Value* slab_off, Value* row, Value* col, int64_t rows, int64_t cols) {
+// rows*cols elements, column after column. With `prefetch`, each column's line a few blocks
+// further down is prefetched too.
+Value* KernelEmitter::load_tile(int k, Value* slab_off, Value* row, Value* col, int64_t rows, int64_t cols, bool prefetch) {
   llvm::Type* elem = storage_type(ctx_, operand(k).dtype);
   const int rank = sig_.rank;
   std::vector<Value*> parts;
@@ -100,6 +101,7 @@ Value* KernelEmitter::load_tile(int k, Value* slab_off, Value* row, Value* col, 
                                              b_.CreateInBoundsGEP(elem, base_[k], off), llvm::Align(1));
     tag_access(v, k);
     parts.push_back(v);
+    if (!prefetch) continue;
     // The same column a few blocks further down: dozens of columns are read at once, more
     // streams than the hardware prefetchers follow. A prefetch never faults, so running
     // past the end of the tensor is harmless (hence no inbounds).
@@ -155,7 +157,7 @@ void KernelEmitter::stage_transposed(int k, Value* buf, Value* slab_off, Value* 
   for (int64_t K = kNarrowMin; K <= kNarrowMax && K < V; ++K) {
     next_case(b_.CreateICmpEQ(nc, b_.getInt64(K)), [&] {
       guarded_loop("tile.rows", zero, nr_full, v, [&](Value* r) {
-        Value* tile = load_tile(k, slab_off, b_.CreateNUWAdd(r0, r), c0, V, K);
+        Value* tile = load_tile(k, slab_off, b_.CreateNUWAdd(r0, r), c0, V, K, false);
         llvm::SmallVector<int, 64> mask;
         for (int64_t i = 0; i < V; ++i)
           for (int64_t j = 0; j < K; ++j) mask.push_back(static_cast<int>(j * V + i));
@@ -168,7 +170,24 @@ void KernelEmitter::stage_transposed(int k, Value* buf, Value* slab_off, Value* 
   for (int64_t K = kNarrowMin; K <= kNarrowMax && K < V; ++K) {
     next_case(b_.CreateICmpEQ(nr, b_.getInt64(K)), [&] {
       guarded_loop("tile.cols", zero, nc_full, v, [&](Value* c) {
-        Value* tile = load_tile(k, slab_off, r0, b_.CreateNUWAdd(c0, c), K, V);
+        // Dense columns (stride K: an NHWC tensor's pixels) are one load of V*K elements.
+        Value* col = b_.CreateNUWAdd(c0, c);
+        llvm::BasicBlock* dense = llvm::BasicBlock::Create(ctx_, "tile.dense", fn_);
+        llvm::BasicBlock* sparse = llvm::BasicBlock::Create(ctx_, "tile.sparse", fn_);
+        llvm::BasicBlock* loaded = llvm::BasicBlock::Create(ctx_, "tile.loaded", fn_);
+        b_.CreateCondBr(b_.CreateICmpEQ(strides_[k][sig_.rank - 1], llvm::ConstantInt::get(index_type_, K)), dense, sparse);
+        b_.SetInsertPoint(dense);
+        Value* one_load = load_tile(k, slab_off, r0, col, K * V, 1, false);
+        llvm::BasicBlock* dense_end = b_.GetInsertBlock();
+        b_.CreateBr(loaded);
+        b_.SetInsertPoint(sparse);
+        Value* column_loads = load_tile(k, slab_off, r0, col, K, V, false);
+        llvm::BasicBlock* sparse_end = b_.GetInsertBlock();
+        b_.CreateBr(loaded);
+        b_.SetInsertPoint(loaded);
+        llvm::PHINode* tile = b_.CreatePHI(one_load->getType(), 2);
+        tile->addIncoming(one_load, dense_end);
+        tile->addIncoming(column_loads, sparse_end);
         for (int64_t i = 0; i < K; ++i) {
           llvm::SmallVector<int, 64> mask;
           for (int64_t j = 0; j < V; ++j) mask.push_back(static_cast<int>(j * K + i));
@@ -182,7 +201,7 @@ void KernelEmitter::stage_transposed(int k, Value* buf, Value* slab_off, Value* 
   // V column vectors into V row vectors.
   guarded_loop("tile.cols", zero, nc_full, v, [&](Value* c) {
     guarded_loop("tile.rows", zero, nr_full, v, [&](Value* r) {
-      Value* tile = load_tile(k, slab_off, b_.CreateNUWAdd(r0, r), b_.CreateNUWAdd(c0, c), V, V);
+      Value* tile = load_tile(k, slab_off, b_.CreateNUWAdd(r0, r), b_.CreateNUWAdd(c0, c), V, V, true);
       std::vector<Value*> x;
       for (int64_t j = 0; j < V; ++j) {
         llvm::SmallVector<int, 64> part;
@@ -243,12 +262,19 @@ void KernelEmitter::emit_staged_tiles() {
   // Block shape: up to 64 rows (whole lines of the transposed input: 256 bytes of f32),
   // columns filling the buffer with them, then rows, a multiple of V, filling what is left.
   Value* row_target = b_.CreateBinaryIntrinsic(llvm::Intrinsic::umin, rows, b_.getInt64(64));
+  // A block narrower than the slab is a multiple of 64 columns, so that its output stretches
+  // start on 64-element boundaries (whole streaming stores) when the slab does.
+  Value* fitting = b_.CreateUDiv(b_.getInt64(kStageElements), row_target);
+  Value* rounded = b_.CreateBinaryIntrinsic(llvm::Intrinsic::umax, b_.CreateAnd(fitting, b_.getInt64(-64)), b_.getInt64(64));
   Value* block_cols = b_.CreateBinaryIntrinsic(llvm::Intrinsic::umin, cols,
-                                               b_.CreateUDiv(b_.getInt64(kStageElements), row_target));
+                                               b_.CreateSelect(b_.CreateICmpULE(cols, fitting), cols, rounded));
   Value* fill = b_.CreateAnd(b_.CreateUDiv(b_.getInt64(kStageElements), block_cols), b_.getInt64(-V));
   Value* block_rows = b_.CreateBinaryIntrinsic(llvm::Intrinsic::umax, fill, b_.getInt64(V));
   Value* whole_rows = b_.CreateICmpEQ(block_cols, cols);
   Value* streaming = b_.CreateICmpNE(field(kStreaming), b_.getInt64(0));
+  unsigned stream_width = 0;
+  for (const OperandSignature& o : sig_.outputs)
+    if (ir::dtype_size(o.dtype) == 2) stream_width = static_cast<unsigned>(target_vector_bits() / 16);
   counted_loop("slab", b_.CreateUDiv(begin_, slab), b_.CreateUDiv(end_, slab), one, [&](Value* q) {
     std::vector<std::pair<int, Value*>> outer;
     Value* rest = q;
@@ -284,7 +310,7 @@ void KernelEmitter::emit_staged_tiles() {
           std::vector<Value*> saved = base_;
           for (int k = 0; k < num_inputs(); ++k)
             if (buffers[k]) base_[k] = buffers[k];
-          auto elements = [&](Value* from, Value* to) {
+          auto elements = [&](Value* from, Value* to, unsigned width) {
             // j: the element's flat index (its outputs' offset), i: its place in the stretch.
             counted_loop("element", from, to, one, [&](Value* j) {
               Value* flat = j;
@@ -300,7 +326,7 @@ void KernelEmitter::emit_staged_tiles() {
               for (llvm::AllocaInst* a : found) acc.push_back(b_.CreateLoad(b_.getInt1Ty(), a));
               const std::vector<Value*> updated = emit_element(offsets, flat, acc);
               for (size_t f = 0; f < found.size(); ++f) b_.CreateStore(updated[f], found[f]);
-            });
+            }, width);
           };
           // With args->streaming (outputs 64-byte aligned and too large to cache), the part
           // of the stretch from its first 64-element boundary on is its own loop, whose
@@ -312,15 +338,19 @@ void KernelEmitter::emit_staged_tiles() {
           Value* out_end = b_.CreateNUWAdd(out0, length);
           b_.CreateCondBr(streaming, split, plain);
           b_.SetInsertPoint(plain);
-          elements(out0, out_end);
+          elements(out0, out_end, 0);
           b_.CreateBr(joined);
           b_.SetInsertPoint(split);
           for (int k = num_inputs(); k < num_operands(); ++k)
             b_.CreateAlignmentAssumption(module_.getDataLayout(), base_[k], kStreamAlignBytes);
           Value* boundary = b_.CreateAnd(b_.CreateAdd(out0, b_.getInt64(kStreamAlignElements - 1)),
                                          b_.getInt64(-kStreamAlignElements));
-          guarded_loop_value(out0, b_.CreateBinaryIntrinsic(llvm::Intrinsic::umin, boundary, out_end), elements);
-          guarded_loop_value(boundary, out_end, elements);
+          guarded_loop_value(out0, b_.CreateBinaryIntrinsic(llvm::Intrinsic::umin, boundary, out_end),
+                             [&](Value* from, Value* to) { elements(from, to, 0); });
+          // A 16-bit output narrowed from vectors of the target's width is a truncating
+          // store, which has no non-temporal form on AVX-512: twice the lanes make it a
+          // full-width store again.
+          guarded_loop_value(boundary, out_end, [&](Value* from, Value* to) { elements(from, to, stream_width); });
           b_.CreateBr(joined);
           b_.SetInsertPoint(joined);
           base_ = saved;

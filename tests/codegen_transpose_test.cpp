@@ -64,8 +64,7 @@ struct Casts {
   DType in, out;
 };
 const std::vector<Casts> kCasts = {
-    {DType::f32, DType::bf16}, {DType::bf16, DType::f32}, {DType::f16, DType::f32}, {DType::f32, DType::f16},
-    {DType::bf16, DType::bf16}, {DType::f32, DType::f32}};
+    {DType::f32, DType::bf16}, {DType::bf16, DType::f32}, {DType::f16, DType::f32}, {DType::f32, DType::f16}};
 const std::vector<int64_t> kChannels = {1, 3, 7, 8, 16, 64, 67};
 const std::vector<int64_t> kPixels = {0, 1, 7, 13, 257};
 
@@ -155,6 +154,68 @@ TEST(CodegenTranspose, TransposedInputWithBroadcastBiasAndChain) {
       const Tensor xt = random_tensor(DType::f32, {n, c, hw}, 5), bt = random_tensor(DType::bf16, {c}, 6);
       EXPECT_TRUE(matches_reference(cache, spec, {xt, bt})) << "C = " << c << ", H*W = " << hw;
     }
+}
+
+TEST(CodegenTranspose, StreamingStoresOverAnyRange) {
+  // With args->streaming, each output stretch's aligned part stores non-temporally; ranges
+  // that start and end inside slabs and blocks must still give exactly their elements.
+  runtime::KernelCache cache;
+  struct Case {
+    KernelSpec spec;
+    Shape stored;
+  };
+  const int64_t n = 2, hw = 1500;
+  std::vector<Case> cases;
+  for (int64_t c : {3, 64}) {
+    cases.push_back({cast_spec("s_nhwc", {n, hw, c}, {c * hw, 1, hw}, DType::f32, DType::bf16), {n, c, hw}});
+    cases.push_back({cast_spec("s_nchw", {n, c, hw}, {hw * c, 1, c}, DType::bf16, DType::f32), {n, hw, c}});
+  }
+  for (const Case& cs : cases) {
+    const KernelSpec& spec = cs.spec;
+    const Tensor x = random_tensor(spec.inputs[0].dtype, cs.stored, 21);
+    const Tensor dense = gather(x, spec.shape, spec.inputs[0].strides);
+    const Tensor want = run_reference(spec, {&dense})[0];
+    const auto kernel = cache.get(spec);
+    const int64_t total = want.size();
+    for (auto [begin, end] : std::vector<std::pair<int64_t, int64_t>>{
+             {0, total}, {64, total - 64}, {1, total - 1}, {4500, 4600}, {5, 9}, {hw * 3 - 7, hw * 3 + 4200}}) {
+      Tensor out = Tensor::zeros({spec.outputs[0].dtype, spec.shape});
+      ASSERT_EQ(reinterpret_cast<uintptr_t>(out.raw()) % 64, 0u);
+      void* data[] = {const_cast<void*>(x.raw()), out.raw()};
+      std::vector<int64_t> strides = spec.inputs[0].strides;
+      strides.insert(strides.end(), spec.outputs[0].strides.begin(), spec.outputs[0].strides.end());
+      const codegen::KernelArgs args{data, spec.shape.data(), strides.data(), nullptr, nullptr, 1};
+      kernel->fn(begin, end, &args);
+      for (int64_t i = 0; i < total; ++i) {
+        if (i >= begin && i < end)
+          ASSERT_TRUE(same_element(out, want, i)) << spec.name << " range [" << begin << ", " << end << ") element " << i;
+        else
+          ASSERT_EQ(out.get_f64(i), 0.0) << spec.name << " range [" << begin << ", " << end << ") wrote element " << i;
+      }
+    }
+  }
+}
+
+TEST(CodegenTranspose, CoalesceDimensionsMergesWhatEveryOperandWalksAsOne) {
+  // NCHW read into [N, H, W, C]: H and W merge, nothing else does.
+  KernelSpec spec = cast_spec("c", {2, 5, 7, 3}, {105, 7, 1, 35}, DType::f32, DType::bf16);
+  codegen::coalesce_dimensions(spec);
+  EXPECT_EQ(spec.shape, (Shape{2, 35, 3}));
+  EXPECT_EQ(spec.inputs[0].strides, (std::vector<int64_t>{105, 1, 35}));
+  EXPECT_EQ(spec.outputs[0].strides, (std::vector<int64_t>{105, 3, 1}));
+  // A contiguous spec becomes one dimension; extents of 1 fold into their neighbours.
+  KernelSpec flat = cast_spec("f", {4, 1, 6}, {6, 6, 1}, DType::f32, DType::f32);
+  codegen::coalesce_dimensions(flat);
+  EXPECT_EQ(flat.shape, (Shape{24}));
+  EXPECT_EQ(flat.inputs[0].strides, (std::vector<int64_t>{1}));
+  // A per-channel bias over [N, C, HW] keeps C apart (stride 1 between zeros).
+  KernelSpec bias = cast_spec("b", {2, 3, 10}, {0, 1, 0}, DType::f32, DType::f32);
+  codegen::coalesce_dimensions(bias);
+  EXPECT_EQ(bias.shape, (Shape{2, 3, 10}));
+  // Empty iteration spaces are left alone.
+  KernelSpec empty = cast_spec("e", {2, 0, 3}, {0, 3, 1}, DType::f32, DType::f32);
+  codegen::coalesce_dimensions(empty);
+  EXPECT_EQ(empty.shape, (Shape{2, 0, 3}));
 }
 
 }  // namespace
