@@ -55,7 +55,8 @@ class KernelEmitter {
   void emit_flat_loop(bool streaming);
   void emit_flat_dispatch(const std::string& symbol, llvm::Function* loop, llvm::Function* stream);
   void emit_strided();
-  // Transposes: whole slabs of the two innermost dimensions with the loops interchanged.
+  // Transposes: whole slabs of the two innermost dimensions; emit_tiles interchanges the
+  // loops (a transposed output), emit_staged_tiles transposes in registers.
   bool wants_tiles() const;
   void emit_tiles();
   void emit_tiled_dispatch(const std::string& symbol, llvm::Function* rows, llvm::Function* tiles);
