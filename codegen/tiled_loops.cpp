@@ -219,7 +219,9 @@ void KernelEmitter::stage_transposed(int k, Value* buf, Value* slab_off, Value* 
   b_.SetInsertPoint(done);
 }
 
-// [begin, end) is a whole number of slabs. For each slab, blocks of at most kStageElements
+// [begin, end) is a whole number of rows (of `cols` elements), not necessarily of slabs: with
+// a batch of one a slab is the whole image plane, split between threads. For each slab
+// touched, over its rows in the range, blocks of at most kStageElements
 // (nr rows of nc columns, nc the whole row when it fits); per block, every strided input
 // staged, then one flat loop per contiguous stretch of the outputs (the whole block when it
 // spans whole rows, else one per row).
@@ -263,7 +265,14 @@ void KernelEmitter::emit_staged_tiles() {
   unsigned stream_width = 0;
   for (const OperandSignature& o : sig_.outputs)
     if (ir::dtype_size(o.dtype) == 2) stream_width = static_cast<unsigned>(target_vector_bits() / 16);
-  counted_loop("slab", b_.CreateUDiv(begin_, slab), b_.CreateUDiv(end_, slab), one, [&](Value* q) {
+  Value* first_row = b_.CreateUDiv(begin_, cols);
+  Value* last_row = b_.CreateUDiv(end_, cols);
+  Value* last_slab = b_.CreateUDiv(b_.CreateAdd(last_row, b_.CreateSub(rows, one)), rows);
+  counted_loop("slab", b_.CreateUDiv(first_row, rows), last_slab, one, [&](Value* q) {
+    Value* slab_row = b_.CreateNUWMul(q, rows);
+    Value* r_begin = b_.CreateSub(b_.CreateBinaryIntrinsic(llvm::Intrinsic::umax, first_row, slab_row), slab_row);
+    Value* r_end = b_.CreateSub(b_.CreateBinaryIntrinsic(llvm::Intrinsic::umin, last_row, b_.CreateNUWAdd(slab_row, rows)),
+                                slab_row);
     std::vector<std::pair<int, Value*>> outer;
     Value* rest = q;
     for (int d = rank - 3; d >= 0; --d) {
@@ -276,8 +285,8 @@ void KernelEmitter::emit_staged_tiles() {
       if (operand(k).layout == Layout::strided)
         slab_offset[k] = strided_offset(k, llvm::ConstantInt::get(index_type_, 0), outer);
     Value* slab_start = b_.CreateMul(q, slab);
-    counted_loop("block.rows", b_.getInt64(0), rows, block_rows, [&](Value* r0) {
-      Value* nr = b_.CreateBinaryIntrinsic(llvm::Intrinsic::umin, block_rows, b_.CreateSub(rows, r0));
+    counted_loop("block.rows", r_begin, r_end, block_rows, [&](Value* r0) {
+      Value* nr = b_.CreateBinaryIntrinsic(llvm::Intrinsic::umin, block_rows, b_.CreateSub(r_end, r0));
       counted_loop("block.cols", b_.getInt64(0), cols, block_cols, [&](Value* c0) {
         Value* nc = b_.CreateBinaryIntrinsic(llvm::Intrinsic::umin, block_cols, b_.CreateSub(cols, c0));
         for (int k = 0; k < num_inputs(); ++k) {

@@ -196,6 +196,24 @@ TEST(CodegenTranspose, StreamingStoresOverAnyRange) {
   }
 }
 
+TEST(CodegenTranspose, NonFiniteFlagSeesEveryStagedElement) {
+  // The flag over the transposed input and the output: one NaN anywhere (inside a whole
+  // tile, in the remainder rows or columns) sets it; finite values leave it clear.
+  runtime::KernelCache cache;
+  for (auto [c, hw] : std::vector<std::pair<int64_t, int64_t>>{{3, 1000}, {67, 300}}) {
+    KernelSpec spec = cast_spec("flagged", {2, hw, c}, {c * hw, 1, hw}, DType::f32, DType::bf16);
+    spec.flags = {{"nonfinite", {0, 1}}};
+    Tensor x({DType::f32, {2, c, hw}});
+    for (int64_t i = 0; i < x.size(); ++i) x.data<float>()[i] = static_cast<float>(i % 97) - 48.0f;
+    EXPECT_EQ(run_jit(cache, spec, {&x}).flags[0], 0) << "C = " << c << ", all finite";
+    for (int64_t at : {int64_t{0}, hw + 5, c * hw - 1, 2 * c * hw - 1, c * hw + hw / 2}) {
+      Tensor y = x.clone();
+      y.data<float>()[at] = std::numeric_limits<float>::quiet_NaN();
+      EXPECT_EQ(run_jit(cache, spec, {&y}).flags[0], 1) << "C = " << c << ", NaN at " << at;
+    }
+  }
+}
+
 TEST(CodegenTranspose, CoalesceDimensionsMergesWhatEveryOperandWalksAsOne) {
   // NCHW read into [N, H, W, C]: H and W merge, nothing else does.
   KernelSpec spec = cast_spec("c", {2, 5, 7, 3}, {105, 7, 1, 35}, DType::f32, DType::bf16);
