@@ -200,10 +200,10 @@ void KernelEmitter::counted_loop(const char* name, Value* from, Value* to, Value
   if (vector_width > 0) {
     llvm::Metadata* width[] = {llvm::MDString::get(ctx_, "llvm.loop.vectorize.width"),
                                llvm::ConstantAsMetadata::get(b_.getInt32(vector_width))};
-    llvm::Metadata* enable[] = {llvm::MDString::get(ctx_, "llvm.loop.vectorize.enable"),
-                                llvm::ConstantAsMetadata::get(b_.getTrue())};
+    // A width alone, not vectorize.enable: a body LLVM cannot vectorize (a library call)
+    // then stays scalar without a "loop not vectorized" warning on stderr.
     llvm::TempMDTuple self = llvm::MDNode::getTemporary(ctx_, {});
-    llvm::MDNode* id = llvm::MDNode::getDistinct(ctx_, {self.get(), llvm::MDNode::get(ctx_, width), llvm::MDNode::get(ctx_, enable)});
+    llvm::MDNode* id = llvm::MDNode::getDistinct(ctx_, {self.get(), llvm::MDNode::get(ctx_, width)});
     id->replaceOperandWith(0, id);
     latch->setMetadata(llvm::LLVMContext::MD_loop, id);
   }
