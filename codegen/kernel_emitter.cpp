@@ -185,7 +185,7 @@ void KernelEmitter::store_flags(const std::vector<Value*>& accumulators) {
 }
 
 void KernelEmitter::counted_loop(const char* name, Value* from, Value* to, Value* step,
-                                 const std::function<void(Value*)>& body) {
+                                 const std::function<void(Value*)>& body, unsigned vector_width) {
   llvm::BasicBlock* pre = b_.GetInsertBlock();
   llvm::BasicBlock* header = llvm::BasicBlock::Create(ctx_, name, fn_);
   llvm::BasicBlock* after = llvm::BasicBlock::Create(ctx_, std::string(name) + ".end", fn_);
@@ -196,7 +196,17 @@ void KernelEmitter::counted_loop(const char* name, Value* from, Value* to, Value
   body(iv);
   Value* next = b_.CreateNUWAdd(iv, step);
   iv->addIncoming(next, b_.GetInsertBlock());
-  b_.CreateCondBr(b_.CreateICmpULT(next, to), header, after);
+  llvm::BranchInst* latch = b_.CreateCondBr(b_.CreateICmpULT(next, to), header, after);
+  if (vector_width > 0) {
+    llvm::Metadata* width[] = {llvm::MDString::get(ctx_, "llvm.loop.vectorize.width"),
+                               llvm::ConstantAsMetadata::get(b_.getInt32(vector_width))};
+    // A width alone, not vectorize.enable: a body LLVM cannot vectorize (a library call)
+    // then stays scalar without a "loop not vectorized" warning on stderr.
+    llvm::TempMDTuple self = llvm::MDNode::getTemporary(ctx_, {});
+    llvm::MDNode* id = llvm::MDNode::getDistinct(ctx_, {self.get(), llvm::MDNode::get(ctx_, width)});
+    id->replaceOperandWith(0, id);
+    latch->setMetadata(llvm::LLVMContext::MD_loop, id);
+  }
   b_.SetInsertPoint(after);
 }
 
@@ -222,7 +232,13 @@ void KernelEmitter::emit(const std::string& symbol) {
     llvm::Function* rows = begin_function(symbol + ".rows", llvm::Function::InternalLinkage);
     emit_strided();
     llvm::Function* tiles = begin_function(symbol + ".tiles", llvm::Function::InternalLinkage);
-    emit_tiles();
+    if (stages_tiles()) {
+      tiles->addFnAttr(kStreamingAttribute);  // only its aligned output loops' stores
+      tiles->addFnAttr(llvm::Attribute::NoInline);  // keeps the attribute to itself
+      emit_staged_tiles();
+    }
+    else
+      emit_tiles();
     emit_tiled_dispatch(symbol, rows, tiles);
     return;
   }

@@ -31,6 +31,9 @@ inline constexpr const char* kStreamingAttribute = "ampfuse-streaming";
 // elements: long inner loops, while a block's cache lines of the other operands (strided
 // in that direction) still fit in L2 when they are revisited for the next column.
 inline constexpr int64_t kTileBlock = 1024;
+// Staged transposes (codegen/tiled_loops.cpp) gather blocks of at most this many elements
+// of each strided input into a stack buffer: 16 KiB of f32, within the L1 cache.
+inline constexpr int64_t kStageElements = 4096;
 
 // Emits the functions of one kernel into a module; emit() picks the loop shape.
 class KernelEmitter {
@@ -52,12 +55,31 @@ class KernelEmitter {
   void emit_flat_loop(bool streaming);
   void emit_flat_dispatch(const std::string& symbol, llvm::Function* loop, llvm::Function* stream);
   void emit_strided();
-  // Transposes: whole slabs of the two innermost dimensions with the loops interchanged.
+  // Transposes: whole slabs of the two innermost dimensions; emit_tiles interchanges the
+  // loops (a transposed output), emit_staged_tiles transposes in registers.
   bool wants_tiles() const;
   void emit_tiles();
   void emit_tiled_dispatch(const std::string& symbol, llvm::Function* rows, llvm::Function* tiles);
+  // Transposes whose outputs are all contiguous: blocks transposed in registers into stack
+  // buffers, then a flat loop (codegen/tiled_loops.cpp).
+  bool stages_tiles() const;
+  bool is_transposed(int k) const;  // unit stride along rows (rank-2), general along columns
+  void emit_staged_tiles();
+  void stage_transposed(int k, Value* buf, Value* slab_off, Value* r0, Value* nr, Value* c0, Value* nc);
+  void copy_elements(int k, Value* buf, Value* slab_off, Value* r0, Value* c0, Value* nc, Value* r_from, Value* r_to,
+                     Value* c_from, Value* c_to);
+  Value* load_tile(int k, Value* slab_off, Value* row, Value* col, int64_t rows, int64_t cols, bool prefetch);
+  Value* concat(std::vector<Value*> parts);  // equal vectors, padded with poison to a power of two
+  void tag_access(llvm::Instruction* inst, int k);
+  void if_then(Value* cond, const std::function<void()>& then);
+  // body(from, to) only when from < to.
+  void guarded_loop_value(Value* from, Value* to, const std::function<void(Value*, Value*)>& body);
+  // counted_loop that runs no iteration when from >= to.
+  void guarded_loop(const char* name, Value* from, Value* to, Value* step, const std::function<void(Value*)>& body);
   // for (iv = from; iv < to; iv += step) body(iv), for from < to (checked by the caller).
-  void counted_loop(const char* name, Value* from, Value* to, Value* step, const std::function<void(Value*)>& body);
+  // A nonzero vector_width asks the loop vectorizer for that many lanes.
+  void counted_loop(const char* name, Value* from, Value* to, Value* step, const std::function<void(Value*)>& body,
+                    unsigned vector_width = 0);
   // Offset of a strided operand's element: `base` plus index * stride for the listed dims.
   Value* strided_offset(int k, Value* base, const std::vector<std::pair<int, Value*>>& dims);
   // One element: loads at `offsets` (nullptr: element 0), the body, the stores, and the

@@ -234,6 +234,29 @@ void KernelSpec::validate() const {
 
 std::string KernelSpec::cache_key() const { return signature(*this).key(); }
 
+void coalesce_dimensions(KernelSpec& spec) {
+  if (spec.shape.size() < 2 || spec.num_elements() == 0) return;
+  std::vector<OperandSpec*> operands;
+  for (OperandSpec& o : spec.inputs) operands.push_back(&o);
+  for (OperandSpec& o : spec.outputs) operands.push_back(&o);
+  for (const OperandSpec* o : operands)
+    if (o->strides.size() != spec.shape.size()) return;  // validate() names the operand
+  // Walk from the innermost dimension out, folding dimension d into the one after it.
+  for (size_t d = spec.shape.size() - 1; d-- > 0;) {
+    const int64_t outer = spec.shape[d], inner = spec.shape[d + 1];
+    bool joins = true;
+    for (const OperandSpec* o : operands)
+      joins &= outer == 1 || inner == 1 || o->strides[d] == o->strides[d + 1] * inner;
+    if (!joins) continue;
+    for (OperandSpec* o : operands) {
+      if (inner == 1) o->strides[d + 1] = o->strides[d];
+      o->strides.erase(o->strides.begin() + static_cast<std::ptrdiff_t>(d));
+    }
+    spec.shape[d + 1] = outer * inner;
+    spec.shape.erase(spec.shape.begin() + static_cast<std::ptrdiff_t>(d));
+  }
+}
+
 std::vector<int64_t> row_major_strides(const std::vector<int64_t>& shape) {
   std::vector<int64_t> strides(shape.size());
   int64_t s = 1;

@@ -61,6 +61,13 @@ struct KernelSpec {
   std::string cache_key() const;
 };
 
+// Merges neighbouring dimensions d, d+1 of the iteration space wherever every operand
+// walks them as one (strides[d] == strides[d+1] * shape[d+1], or either extent is 1): the
+// same elements in the same order, flat indices unchanged, fewer and longer rows. An NCHW
+// <-> NHWC transpose becomes [N, H*W, C] <-> [N, C, H*W], whose tiles run over the whole
+// image plane (codegen/tiled_loops.cpp). Empty iteration spaces are left as they are.
+void coalesce_dimensions(KernelSpec& spec);
+
 // Row-major strides of a dense tensor of `shape`, in elements.
 std::vector<int64_t> row_major_strides(const std::vector<int64_t>& shape);
 

@@ -4,6 +4,8 @@
 #include "codegen/kernel_emitter.h"
 #include "codegen/llvm_target.h"
 
+#include <llvm/Analysis/ValueTracking.h>
+#include <llvm/IR/Instructions.h>
 #include <llvm/IR/LLVMContext.h>
 #include <llvm/IR/Module.h>
 
@@ -28,6 +30,8 @@ void mark_streaming_stores(llvm::Module& module) {
         if (!store || !store->getValueOperand()->getType()->isVectorTy()) continue;
         const uint64_t bytes = layout.getTypeStoreSize(store->getValueOperand()->getType());
         if (store->getAlign().value() < bytes) continue;
+        // Stack buffers (the staged blocks of codegen/tiled_loops.cpp) are read back at once.
+        if (llvm::isa<llvm::AllocaInst>(llvm::getUnderlyingObject(store->getPointerOperand()))) continue;
         store->setMetadata(llvm::LLVMContext::MD_nontemporal, one);
       }
   }

@@ -10,8 +10,11 @@
 //            and an inner loop (the vectorized one) runs along a row. Offsets are int32 or
 //            int64 as the signature's wide_index says;
 //   tiled    a transpose (an operand with a large innermost stride but unit stride one
-//            dimension out): whole [rows, columns] slabs with the two loops interchanged,
-//            so that operand is walked contiguously; partial slabs take the strided rows.
+//            dimension out): whole [rows, columns] slabs. When every output is contiguous,
+//            blocks of each slab are transposed in registers into stack buffers and then
+//            computed by a flat loop, with non-temporal stores under args->streaming
+//            (codegen/tiled_loops.cpp); otherwise the two loops are interchanged. Partial
+//            slabs take the strided rows.
 // Operands are assumed not to overlap (scoped noalias metadata), which is what lets loops
 // with many operands vectorize without run-time alias checks: an output must not share
 // memory with an input or another output. Flags are or-reduced in registers and stored

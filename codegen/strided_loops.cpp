@@ -200,14 +200,15 @@ void KernelEmitter::emit_tiles() {
 }
 
 // The exported function of a tiled kernel: rows up to the first slab boundary, whole slabs
-// tiled, rows after the last boundary.
+// tiled, rows after the last boundary (for staged tiles, boundaries of single rows).
 void KernelEmitter::emit_tiled_dispatch(const std::string& symbol, llvm::Function* rows, llvm::Function* tiles) {
   begin_function(symbol, llvm::Function::ExternalLinkage);
   llvm::BasicBlock* work = llvm::BasicBlock::Create(ctx_, "work", fn_);
   llvm::BasicBlock* exit = llvm::BasicBlock::Create(ctx_, "exit", fn_);
   b_.CreateCondBr(b_.CreateICmpSLT(begin_, end_), work, exit);
   b_.SetInsertPoint(work);
-  Value* slab = b_.CreateMul(shape_[sig_.rank - 2], shape_[sig_.rank - 1]);  // > 0: the range is not empty
+  // The tiles take whole slabs, or whole rows when staged; > 0: the range is not empty.
+  Value* slab = stages_tiles() ? shape_[sig_.rank - 1] : b_.CreateMul(shape_[sig_.rank - 2], shape_[sig_.rank - 1]);
   Value* up = b_.CreateMul(b_.CreateUDiv(b_.CreateAdd(begin_, b_.CreateSub(slab, b_.getInt64(1))), slab), slab);
   Value* first = b_.CreateBinaryIntrinsic(llvm::Intrinsic::smin, up, end_);
   Value* last = b_.CreateBinaryIntrinsic(llvm::Intrinsic::smax, first, b_.CreateMul(b_.CreateUDiv(end_, slab), slab));

@@ -132,6 +132,8 @@ LoweredKernel lower_kernel(const ir::Graph& g, const FusedKernel& k, const std::
     if (!flag.operands.empty()) spec.flags.push_back(std::move(flag));
   }
   spec.validate();
+  // Fewer, longer rows for the generated loops; a transpose's tiles span the whole plane.
+  codegen::coalesce_dimensions(spec);
   return out;
 }
 

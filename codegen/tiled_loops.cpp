@@ -1,0 +1,369 @@
+// Staged transposes: blocks of a [rows, columns] slab gathered into the output's order by
+// in-register shuffles, then computed by a flat loop.
+//
+// A transposed operand has unit stride along the rows (dimension rank-2) and a large one
+// along the columns (rank-1), while the outputs run along the columns. Any walk reads one
+// of them against its order; here the transposed input is read in vectors along its rows
+// (one vector per column), transposed in registers with shufflevector and written to a
+// stack buffer in the output's order, which the flat loop then reads like any contiguous
+// operand. That loop is the flat kernel's (LLVM vectorizes the body, casts included), so
+// only the transposition differs from a copy. Shapes of tile (V = the f32 lanes of the
+// vectors the loop vectorizer forms, 8 on AVX2, 16 on AVX-512):
+//   square        V x V tiles, log2(V) rounds of interleaving pairs of vectors;
+//   narrow cols   a slab of K = 2..4 columns (NCHW -> NHWC with C = 3): K vectors of V rows
+//                 interleaved into one vector of V*K in output order;
+//   narrow rows   a block of K = 2..4 rows with dense columns (NHWC -> NCHW with C = 3):
+//                 one load of V*K elements split into K vectors of V;
+// whatever no whole tile covers is copied element by element. Other strided inputs (a
+// broadcast bias) are copied into a buffer of their own by a plain loop.
+#include "codegen/kernel_emitter.h"
+#include "codegen/dtype_lowering.h"
+#include "codegen/llvm_target.h"
+
+#include <algorithm>
+
+namespace ampfuse::codegen::detail {
+
+namespace {
+
+// Narrow shapes get their own interleaving code for these counts of rows or columns.
+constexpr int64_t kNarrowMin = 2, kNarrowMax = 4;
+// How far ahead along a column the square and narrow-column tiles prefetch: four blocks of
+// 64 f32 rows (2048 measured no different).
+constexpr int64_t kPrefetchBytes = 1024;
+
+// The vector lanes of one tile side: the f32 width the loop vectorizer uses.
+int64_t tile_lanes() { return std::max(4, target_vector_bits() / 32); }
+
+llvm::SmallVector<int, 64> iota_mask(int n) {
+  llvm::SmallVector<int, 64> m;
+  for (int i = 0; i < n; ++i) m.push_back(i);
+  return m;
+}
+
+}  // namespace
+
+bool KernelEmitter::stages_tiles() const {
+  for (const OperandSignature& o : sig_.outputs)
+    if (o.layout != Layout::contiguous) return false;
+  return true;
+}
+
+bool KernelEmitter::is_transposed(int k) const {
+  const OperandSignature& o = operand(k);
+  return o.layout == Layout::strided && o.strides[sig_.rank - 1] == StrideClass::general &&
+         o.strides[sig_.rank - 2] == StrideClass::unit;
+}
+
+void KernelEmitter::if_then(Value* cond, const std::function<void()>& then) {
+  llvm::BasicBlock* yes = llvm::BasicBlock::Create(ctx_, "then", fn_);
+  llvm::BasicBlock* after = llvm::BasicBlock::Create(ctx_, "endif", fn_);
+  b_.CreateCondBr(cond, yes, after);
+  b_.SetInsertPoint(yes);
+  then();
+  b_.CreateBr(after);
+  b_.SetInsertPoint(after);
+}
+
+void KernelEmitter::guarded_loop(const char* name, Value* from, Value* to, Value* step,
+                                 const std::function<void(Value*)>& body) {
+  if_then(b_.CreateICmpULT(from, to), [&] { counted_loop(name, from, to, step, body); });
+}
+
+void KernelEmitter::guarded_loop_value(Value* from, Value* to, const std::function<void(Value*, Value*)>& body) {
+  if_then(b_.CreateICmpULT(from, to), [&] { body(from, to); });
+}
+
+Value* KernelEmitter::concat(std::vector<Value*> parts) {
+  auto* part_type = llvm::cast<llvm::FixedVectorType>(parts[0]->getType());
+  size_t count = 1;
+  while (count < parts.size()) count *= 2;
+  parts.resize(count, llvm::PoisonValue::get(part_type));
+  while (parts.size() > 1) {
+    const int n = static_cast<int>(llvm::cast<llvm::FixedVectorType>(parts[0]->getType())->getNumElements());
+    std::vector<Value*> next;
+    for (size_t i = 0; i < parts.size(); i += 2) next.push_back(b_.CreateShuffleVector(parts[i], parts[i + 1], iota_mask(2 * n)));
+    parts = std::move(next);
+  }
+  return parts[0];
+}
+
+// A tile of operand k: `cols` vectors of `rows` elements, vector j holding rows
+// [row, row+rows) of column col+j (contiguous: unit row stride). Loaded as one vector of
+// rows*cols elements, column after column. With `prefetch`, each column's line a few blocks
+// further down is prefetched too.
+Value* KernelEmitter::load_tile(int k, Value* slab_off, Value* row, Value* col, int64_t rows, int64_t cols, bool prefetch) {
+  llvm::Type* elem = storage_type(ctx_, operand(k).dtype);
+  const int rank = sig_.rank;
+  std::vector<Value*> parts;
+  for (int64_t j = 0; j < cols; ++j) {
+    Value* off = strided_offset(k, slab_off, {{rank - 2, row}, {rank - 1, b_.CreateNUWAdd(col, b_.getInt64(j))}});
+    llvm::LoadInst* v = b_.CreateAlignedLoad(llvm::FixedVectorType::get(elem, static_cast<unsigned>(rows)),
+                                             b_.CreateInBoundsGEP(elem, base_[k], off), llvm::Align(1));
+    tag_access(v, k);
+    parts.push_back(v);
+    if (!prefetch) continue;
+    // The same column a few blocks further down: dozens of columns are read at once, more
+    // streams than the hardware prefetchers follow. A prefetch never faults, so running
+    // past the end of the tensor is harmless (hence no inbounds).
+    Value* ahead = b_.CreateGEP(b_.getInt8Ty(), v->getPointerOperand(), b_.getInt64(kPrefetchBytes));
+    b_.CreateIntrinsic(llvm::Intrinsic::prefetch, {b_.getPtrTy()}, {ahead, b_.getInt32(0), b_.getInt32(2), b_.getInt32(1)});
+  }
+  return concat(parts);
+}
+
+void KernelEmitter::tag_access(llvm::Instruction* inst, int k) {
+  inst->setMetadata(llvm::LLVMContext::MD_alias_scope, scope_[k]);
+  inst->setMetadata(llvm::LLVMContext::MD_noalias, noalias_[k]);
+}
+
+// buf[r * nc + c] = operand k at (r0 + r, c0 + c) for r in [r_from, r_to), c in [c_from, c_to).
+void KernelEmitter::copy_elements(int k, Value* buf, Value* slab_off, Value* r0, Value* c0, Value* nc, Value* r_from,
+                                  Value* r_to, Value* c_from, Value* c_to) {
+  llvm::Type* elem = storage_type(ctx_, operand(k).dtype);
+  const int rank = sig_.rank;
+  guarded_loop("copy.row", r_from, r_to, b_.getInt64(1), [&](Value* r) {
+    guarded_loop("copy.col", c_from, c_to, b_.getInt64(1), [&](Value* c) {
+      Value* off = strided_offset(k, slab_off, {{rank - 2, b_.CreateNUWAdd(r0, r)}, {rank - 1, b_.CreateNUWAdd(c0, c)}});
+      llvm::LoadInst* v = b_.CreateLoad(elem, b_.CreateInBoundsGEP(elem, base_[k], off));
+      tag_access(v, k);
+      b_.CreateStore(v, b_.CreateInBoundsGEP(elem, buf, b_.CreateNUWAdd(b_.CreateNUWMul(r, nc), c)));
+    });
+  });
+}
+
+// Operand k's block [r0, r0+nr) x [c0, c0+nc) into buf, row-major with row length nc.
+void KernelEmitter::stage_transposed(int k, Value* buf, Value* slab_off, Value* r0, Value* nr, Value* c0, Value* nc) {
+  llvm::Type* elem = storage_type(ctx_, operand(k).dtype);
+  const int64_t V = tile_lanes();
+  Value* zero = b_.getInt64(0);
+  Value* v = b_.getInt64(V);
+  auto store_at = [&](Value* value, Value* at) {
+    b_.CreateAlignedStore(value, b_.CreateInBoundsGEP(elem, buf, at), llvm::Align(1));
+  };
+  llvm::BasicBlock* done = llvm::BasicBlock::Create(ctx_, "staged", fn_);
+  auto next_case = [&](Value* cond, const std::function<void()>& body) {
+    llvm::BasicBlock* yes = llvm::BasicBlock::Create(ctx_, "tile.case", fn_);
+    llvm::BasicBlock* no = llvm::BasicBlock::Create(ctx_, "tile.next", fn_);
+    b_.CreateCondBr(cond, yes, no);
+    b_.SetInsertPoint(yes);
+    body();
+    b_.CreateBr(done);
+    b_.SetInsertPoint(no);
+  };
+  Value* nr_full = b_.CreateAnd(nr, b_.getInt64(-V));
+  Value* nc_full = b_.CreateAnd(nc, b_.getInt64(-V));
+
+  // Narrow columns: K vectors of V rows -> one vector [row][col].
+  for (int64_t K = kNarrowMin; K <= kNarrowMax && K < V; ++K) {
+    next_case(b_.CreateICmpEQ(nc, b_.getInt64(K)), [&] {
+      guarded_loop("tile.rows", zero, nr_full, v, [&](Value* r) {
+        Value* tile = load_tile(k, slab_off, b_.CreateNUWAdd(r0, r), c0, V, K, true);
+        llvm::SmallVector<int, 64> mask;
+        for (int64_t i = 0; i < V; ++i)
+          for (int64_t j = 0; j < K; ++j) mask.push_back(static_cast<int>(j * V + i));
+        store_at(b_.CreateShuffleVector(tile, mask), b_.CreateNUWMul(r, b_.getInt64(K)));
+      });
+      copy_elements(k, buf, slab_off, r0, c0, nc, nr_full, nr, zero, nc);
+    });
+  }
+  // Narrow rows with dense columns (stride K: an NHWC tensor's pixels): one load of V*K
+  // elements split into K vectors of V, one per row. Sparse columns of so few rows take the
+  // element copies below (loaded K at a time, LLVM scalarizes them anyway).
+  Value* col_stride = strides_[k][sig_.rank - 1];
+  for (int64_t K = kNarrowMin; K <= kNarrowMax && K < V; ++K) {
+    Value* dense = b_.CreateICmpEQ(col_stride, llvm::ConstantInt::get(index_type_, K));
+    next_case(b_.CreateAnd(b_.CreateICmpEQ(nr, b_.getInt64(K)), dense), [&] {
+      guarded_loop("tile.cols", zero, nc_full, v, [&](Value* c) {
+        Value* tile = load_tile(k, slab_off, r0, b_.CreateNUWAdd(c0, c), K * V, 1, false);
+        for (int64_t i = 0; i < K; ++i) {
+          llvm::SmallVector<int, 64> mask;
+          for (int64_t j = 0; j < V; ++j) mask.push_back(static_cast<int>(j * K + i));
+          store_at(b_.CreateShuffleVector(tile, mask), b_.CreateNUWAdd(b_.CreateNUWMul(b_.getInt64(i), nc), c));
+        }
+      });
+      copy_elements(k, buf, slab_off, r0, c0, nc, zero, nr, nc_full, nc);
+    });
+  }
+  // Square V x V tiles: log2(V) rounds of zipping vector i with vector i + V/2 transpose
+  // V column vectors into V row vectors.
+  guarded_loop("tile.cols", zero, nc_full, v, [&](Value* c) {
+    guarded_loop("tile.rows", zero, nr_full, v, [&](Value* r) {
+      Value* tile = load_tile(k, slab_off, b_.CreateNUWAdd(r0, r), b_.CreateNUWAdd(c0, c), V, V, true);
+      std::vector<Value*> x;
+      for (int64_t j = 0; j < V; ++j) {
+        llvm::SmallVector<int, 64> part;
+        for (int64_t i = 0; i < V; ++i) part.push_back(static_cast<int>(j * V + i));
+        x.push_back(b_.CreateShuffleVector(tile, part));
+      }
+      llvm::SmallVector<int, 64> lo, hi;
+      for (int64_t i = 0; i < V / 2; ++i) {
+        lo.append({static_cast<int>(i), static_cast<int>(V + i)});
+        hi.append({static_cast<int>(V / 2 + i), static_cast<int>(V + V / 2 + i)});
+      }
+      for (int64_t half = V; half > 1; half /= 2) {
+        std::vector<Value*> y;
+        for (int64_t i = 0; i < V / 2; ++i) {
+          y.push_back(b_.CreateShuffleVector(x[i], x[i + V / 2], lo));
+          y.push_back(b_.CreateShuffleVector(x[i], x[i + V / 2], hi));
+        }
+        x = std::move(y);
+      }
+      for (int64_t i = 0; i < V; ++i)
+        store_at(x[i], b_.CreateNUWAdd(b_.CreateNUWMul(b_.CreateNUWAdd(r, b_.getInt64(i)), nc), c));
+    });
+  });
+  copy_elements(k, buf, slab_off, r0, c0, nc, nr_full, nr, zero, nc);
+  copy_elements(k, buf, slab_off, r0, c0, nc, zero, nr_full, nc_full, nc);
+  b_.CreateBr(done);
+  b_.SetInsertPoint(done);
+}
+
+// [begin, end) is a whole number of rows (of `cols` elements), not necessarily of slabs: with
+// a batch of one a slab is the whole image plane, split between threads. For each slab
+// touched, over its rows in the range, blocks of at most kStageElements
+// (nr rows of nc columns, nc the whole row when it fits); per block, every strided input
+// staged, then one flat loop per contiguous stretch of the outputs (the whole block when it
+// spans whole rows, else one per row).
+void KernelEmitter::emit_staged_tiles() {
+  const int rank = sig_.rank;
+  const int64_t V = tile_lanes();
+  // Stack buffers: one block of each strided input, in the output's order.
+  std::vector<Value*> buffers(static_cast<size_t>(num_inputs()), nullptr);
+  for (int k = 0; k < num_inputs(); ++k) {
+    if (operand(k).layout != Layout::strided) continue;
+    llvm::AllocaInst* a = b_.CreateAlloca(storage_type(ctx_, operand(k).dtype), b_.getInt64(kStageElements));
+    a->setAlignment(llvm::Align(64));
+    buffers[k] = a;
+  }
+  std::vector<llvm::AllocaInst*> found;
+  for (size_t f = 0; f < sig_.flags.size(); ++f) {
+    found.push_back(b_.CreateAlloca(b_.getInt1Ty()));
+    b_.CreateStore(b_.getFalse(), found.back());
+  }
+  llvm::BasicBlock* work = llvm::BasicBlock::Create(ctx_, "slabs", fn_);
+  llvm::BasicBlock* exit = llvm::BasicBlock::Create(ctx_, "exit", fn_);
+  b_.CreateCondBr(b_.CreateICmpSLT(begin_, end_), work, exit);
+  b_.SetInsertPoint(work);
+  Value* rows = shape_[rank - 2];
+  Value* cols = shape_[rank - 1];
+  Value* slab = b_.CreateMul(rows, cols);
+  Value* one = b_.getInt64(1);
+  // Block shape: up to 64 rows (whole lines of the transposed input: 256 bytes of f32),
+  // columns filling the buffer with them, then rows, a multiple of V, filling what is left.
+  Value* row_target = b_.CreateBinaryIntrinsic(llvm::Intrinsic::umin, rows, b_.getInt64(64));
+  // A block narrower than the slab is a multiple of 64 columns, so that its output stretches
+  // start on 64-element boundaries (whole streaming stores) when the slab does.
+  Value* fitting = b_.CreateUDiv(b_.getInt64(kStageElements), row_target);
+  Value* rounded = b_.CreateBinaryIntrinsic(llvm::Intrinsic::umax, b_.CreateAnd(fitting, b_.getInt64(-64)), b_.getInt64(64));
+  Value* block_cols = b_.CreateBinaryIntrinsic(llvm::Intrinsic::umin, cols,
+                                               b_.CreateSelect(b_.CreateICmpULE(cols, fitting), cols, rounded));
+  Value* fill = b_.CreateAnd(b_.CreateUDiv(b_.getInt64(kStageElements), block_cols), b_.getInt64(-V));
+  Value* block_rows = b_.CreateBinaryIntrinsic(llvm::Intrinsic::umax, fill, b_.getInt64(V));
+  Value* whole_rows = b_.CreateICmpEQ(block_cols, cols);
+  Value* streaming = b_.CreateICmpNE(field(kStreaming), b_.getInt64(0));
+  // A width hint on a loop LLVM then cannot vectorize prints a remark on stderr; library
+  // calls (ir::is_library_call) are what keeps a body scalar, so they go without the hint.
+  bool calls = false;
+  for (const ir::ScalarInstr& instr : sig_.body.instrs) calls |= ir::is_library_call(instr.op);
+  unsigned stream_width = 0;
+  for (const OperandSignature& o : sig_.outputs)
+    if (ir::dtype_size(o.dtype) == 2 && !calls) stream_width = static_cast<unsigned>(target_vector_bits() / 16);
+  Value* first_row = b_.CreateUDiv(begin_, cols);
+  Value* last_row = b_.CreateUDiv(end_, cols);
+  Value* last_slab = b_.CreateUDiv(b_.CreateAdd(last_row, b_.CreateSub(rows, one)), rows);
+  counted_loop("slab", b_.CreateUDiv(first_row, rows), last_slab, one, [&](Value* q) {
+    Value* slab_row = b_.CreateNUWMul(q, rows);
+    Value* r_begin = b_.CreateSub(b_.CreateBinaryIntrinsic(llvm::Intrinsic::umax, first_row, slab_row), slab_row);
+    Value* r_end = b_.CreateSub(b_.CreateBinaryIntrinsic(llvm::Intrinsic::umin, last_row, b_.CreateNUWAdd(slab_row, rows)),
+                                slab_row);
+    std::vector<std::pair<int, Value*>> outer;
+    Value* rest = q;
+    for (int d = rank - 3; d >= 0; --d) {
+      Value* quotient = b_.CreateUDiv(rest, shape_[d]);
+      outer.emplace_back(d, b_.CreateSub(rest, b_.CreateMul(quotient, shape_[d])));
+      rest = quotient;
+    }
+    std::vector<Value*> slab_offset(static_cast<size_t>(num_operands()), nullptr);
+    for (int k = 0; k < num_operands(); ++k)
+      if (operand(k).layout == Layout::strided)
+        slab_offset[k] = strided_offset(k, llvm::ConstantInt::get(index_type_, 0), outer);
+    Value* slab_start = b_.CreateMul(q, slab);
+    counted_loop("block.rows", r_begin, r_end, block_rows, [&](Value* r0) {
+      Value* nr = b_.CreateBinaryIntrinsic(llvm::Intrinsic::umin, block_rows, b_.CreateSub(r_end, r0));
+      counted_loop("block.cols", b_.getInt64(0), cols, block_cols, [&](Value* c0) {
+        Value* nc = b_.CreateBinaryIntrinsic(llvm::Intrinsic::umin, block_cols, b_.CreateSub(cols, c0));
+        for (int k = 0; k < num_inputs(); ++k) {
+          if (!buffers[k]) continue;
+          if (is_transposed(k))
+            stage_transposed(k, buffers[k], slab_offset[k], r0, nr, c0, nc);
+          else
+            copy_elements(k, buffers[k], slab_offset[k], r0, c0, nc, b_.getInt64(0), nr, b_.getInt64(0), nc);
+        }
+        // The block's outputs: one stretch of nr * nc when the block spans whole rows,
+        // else nr stretches of nc, cols apart.
+        Value* stretches = b_.CreateSelect(whole_rows, one, nr);
+        Value* length = b_.CreateSelect(whole_rows, b_.CreateNUWMul(nr, nc), nc);
+        Value* first = b_.CreateNUWAdd(slab_start, b_.CreateNUWAdd(b_.CreateNUWMul(r0, cols), c0));
+        counted_loop("stretch", b_.getInt64(0), stretches, one, [&](Value* s) {
+          Value* out0 = b_.CreateNUWAdd(first, b_.CreateNUWMul(s, cols));
+          Value* buf0 = b_.CreateNUWMul(s, nc);
+          std::vector<Value*> saved = base_;
+          for (int k = 0; k < num_inputs(); ++k)
+            if (buffers[k]) base_[k] = buffers[k];
+          auto elements = [&](Value* from, Value* to, unsigned width) {
+            // j: the element's flat index (its outputs' offset), i: its place in the stretch.
+            counted_loop("element", from, to, one, [&](Value* j) {
+              Value* flat = j;
+              Value* i = b_.CreateNUWSub(j, out0);
+              std::vector<Value*> offsets;
+              for (int k = 0; k < num_operands(); ++k) {
+                if (k < num_inputs() && buffers[k])
+                  offsets.push_back(b_.CreateNUWAdd(buf0, i));
+                else
+                  offsets.push_back(operand(k).layout == Layout::scalar ? nullptr : flat);
+              }
+              std::vector<Value*> acc;
+              for (llvm::AllocaInst* a : found) acc.push_back(b_.CreateLoad(b_.getInt1Ty(), a));
+              const std::vector<Value*> updated = emit_element(offsets, flat, acc);
+              for (size_t f = 0; f < found.size(); ++f) b_.CreateStore(updated[f], found[f]);
+            }, width);
+          };
+          // With args->streaming (outputs 64-byte aligned and too large to cache), the part
+          // of the stretch from its first 64-element boundary on is its own loop, whose
+          // vector stores LLVM can prove aligned: mark_streaming_stores makes them
+          // non-temporal, as in the flat kernels.
+          llvm::BasicBlock* plain = llvm::BasicBlock::Create(ctx_, "stretch.plain", fn_);
+          llvm::BasicBlock* split = llvm::BasicBlock::Create(ctx_, "stretch.stream", fn_);
+          llvm::BasicBlock* joined = llvm::BasicBlock::Create(ctx_, "stretch.end", fn_);
+          Value* out_end = b_.CreateNUWAdd(out0, length);
+          b_.CreateCondBr(streaming, split, plain);
+          b_.SetInsertPoint(plain);
+          elements(out0, out_end, 0);
+          b_.CreateBr(joined);
+          b_.SetInsertPoint(split);
+          for (int k = num_inputs(); k < num_operands(); ++k)
+            b_.CreateAlignmentAssumption(module_.getDataLayout(), base_[k], kStreamAlignBytes);
+          Value* boundary = b_.CreateAnd(b_.CreateAdd(out0, b_.getInt64(kStreamAlignElements - 1)),
+                                         b_.getInt64(-kStreamAlignElements));
+          guarded_loop_value(out0, b_.CreateBinaryIntrinsic(llvm::Intrinsic::umin, boundary, out_end),
+                             [&](Value* from, Value* to) { elements(from, to, 0); });
+          // A 16-bit output narrowed from vectors of the target's width is a truncating
+          // store, which has no non-temporal form on AVX-512: twice the lanes make it a
+          // full-width store again.
+          guarded_loop_value(boundary, out_end, [&](Value* from, Value* to) { elements(from, to, stream_width); });
+          b_.CreateBr(joined);
+          b_.SetInsertPoint(joined);
+          base_ = saved;
+        });
+      });
+    });
+  });
+  b_.CreateBr(exit);
+  b_.SetInsertPoint(exit);
+  std::vector<Value*> acc;
+  for (llvm::AllocaInst* a : found) acc.push_back(b_.CreateLoad(b_.getInt1Ty(), a));
+  store_flags(acc);
+}
+
+}  // namespace ampfuse::codegen::detail
