@@ -126,7 +126,7 @@ def report(res, args, versions, load_before, load_after):
              "- CPU: %s, %d CPUs, flags: %s (avx512_bf16: %s)" % (
                  model, os.cpu_count(), " ".join(flags) or "none of avx2/avx512", "yes" if "avx512_bf16" in flags else "no"),
              "- threads: %d for every peer (OMP_NUM_THREADS, torch.set_num_threads, JAX pinned to %s CPUs)" % (
-                 args.threads, res.get("_jax_cpus", "?")),
+                 args.threads, res.get("_jax_cpus") or "(not run)"),
              "- load average before / after: %s / %s" % (load_before, load_after),
              "- versions: " + ", ".join("%s %s" % kv for kv in versions.items()),
              "- every cell: median of %d runs after %d untimed ones (ampfuse run: after its first run); "
@@ -148,6 +148,18 @@ def report(res, args, versions, load_before, load_after):
         for dt in args.dtypes:
             lines.append("| %s | %s | %s |" % (name, dt, " | ".join(
                 cell(res.get("%s/%s/%s" % (name, dt, k))) for _, k in MODEL_COLS)))
+    lines.append("")
+    lines += ["Largest |output - reference| / max |reference| of each model run above (the check's "
+              "measure; the reference is MXNet f32 unfused, so its own f32 cell is 0):", "",
+              "| model | dtype | " + " | ".join(c for c, _ in MODEL_COLS) + " |",
+              "|---|---|" + "---:|" * len(MODEL_COLS)]
+    for name in args.models:
+        for dt in args.dtypes:
+            errs = []
+            for _, k in MODEL_COLS:
+                r = res.get("%s/%s/%s" % (name, dt, k))
+                errs.append("%.2g" % r["err"] if r and "err" in r else "-")
+            lines.append("| %s | %s | %s |" % (name, dt, " | ".join(errs)))
     lines.append("")
     comp = ["%s %s %.0f s" % (k.split("/")[0], k.split("/")[1], r["first_ms"] / 1e3)
             for k, r in res.items() if k.endswith("/compile") and "first_ms" in r and "/" in k and k.count("/") == 2]
