@@ -125,6 +125,11 @@ def prepare(work, models_dir):
         d = os.path.join(work, name)
         os.makedirs(d, exist_ok=True)
         sym = transformer_symbol() if m["file"] is None else mx.sym.load(os.path.join(models_dir, m["file"]))
+        if json.loads(sym.tojson())["nodes"][-1]["op"] == "SoftmaxOutput":
+            # Compare and time the logits: resnet152's softmax over 11221 classes saturates
+            # (one class near 1) and hides errors a check must see; the softmax of one row is
+            # a negligible part of any model here.
+            sym = sym.get_children()[0]
         with open(os.path.join(d, "symbol.json"), "w") as f:
             f.write(sym.tojson())
         rng = np.random.RandomState(m["seed"])
