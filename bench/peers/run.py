@@ -50,7 +50,7 @@ def cpu_info():
     return model, keep
 
 
-def ampfuse_models(ampfuse, work, names, dtypes, out_root):
+def ampfuse_models(ampfuse, work, names, dtypes, out_root, env):
     res = {}
     for name in names:
         d = os.path.join(work, name)
@@ -61,7 +61,7 @@ def ampfuse_models(ampfuse, work, names, dtypes, out_root):
             cmd = [ampfuse, "run", os.path.join(d, "symbol.json"), "--params", os.path.join(d, "model.params"),
                    "--inputs", "data=" + os.path.join(d, "data.npy"), "--amp", "off" if dt == "f32" else "bf16",
                    "--repeat", str(REPEAT), "--no-baseline", "--save-outputs", save, "--json"]
-            p = subprocess.run(cmd, capture_output=True, text=True)
+            p = subprocess.run(cmd, capture_output=True, text=True, env=env)
             if p.returncode != 0:
                 r = {"ok": False, "error": (p.stderr.strip().split("\n") or ["exit %d" % p.returncode])[-1][:160]}
             else:
@@ -108,7 +108,8 @@ def cell(r, ratio=False):
         return "error: " + r["error"].replace("|", "/")
     if not r["ok"]:
         return "**WRONG** (err %.2g)" % r["err"]
-    s = "%.3g ms" % r["ms"]
+    ms = r["ms"]
+    s = ("%.0f ms" if ms >= 100 else "%.1f ms" if ms >= 10 else "%.3g ms") % ms
     if r.get("solo_runs"):
         s += " (%d solo)" % r["solo_runs"]
     if ratio and r.get("memcpy_ms"):
@@ -246,7 +247,7 @@ def main():
     out = os.path.join(res_dir, "torch_models.json")
     sh([torch_py, torch_worker, "models", work, t, out, names, ",".join(args.dtypes)], env=env)
     merge(out)
-    res.update(ampfuse_models(ampfuse, work, args.models, args.dtypes, pd))
+    res.update(ampfuse_models(ampfuse, work, args.models, args.dtypes, pd, env))
 
     versions = {}
     for py, code in ((torch_py, "import torch, jax; print('torch', torch.__version__); print('jax', jax.__version__)"),
