@@ -3,8 +3,7 @@ and the output check. Plain Python + numpy, importable from both virtual environ
 
 import numpy as np
 
-WARMUP = 5    # untimed runs first (compiles, first-touch page faults, oneDNN primitive caches;
-              # torch.compile's first calls after compiling were 200x slower here, up to the 4th)
+WARMUP = 5    # untimed runs first (compiles, first-touch page faults, oneDNN primitive caches)
 REPEAT = 20   # timed runs; every cell is their median
 
 # Models at batch 1. file None: built by mx_worker.transformer_symbol.
@@ -40,13 +39,21 @@ def check(out, ref, dtype):
     return err <= TOLERANCE[dtype], err
 
 
+WARMUP_S = 2.0  # and untimed runs for at least this long (at most 200 of them)
+
+
 def timed(fn):
-    """Median milliseconds of REPEAT calls of fn after WARMUP untimed ones. fn must wait
-    for its result (block_until_ready, wait_to_read): every peer is timed to completion."""
+    """Median milliseconds of REPEAT calls of fn after at least WARMUP untimed ones and
+    WARMUP_S seconds of them. fn must wait for its result (block_until_ready, wait_to_read):
+    every peer is timed to completion. The seconds: after torch.compile, calls stayed
+    10-200x slower for up to ~2 s here (its compile workers still busy on the 2 cores), and
+    5 calls of a 1 ms model are not enough."""
     import statistics
     import time
-    for _ in range(WARMUP):
+    start, n = time.perf_counter(), 0
+    while n < WARMUP or (time.perf_counter() - start < WARMUP_S and n < 200):
         fn()
+        n += 1
     ts = []
     for _ in range(REPEAT):
         t = time.perf_counter()

@@ -135,7 +135,7 @@ def report(res, args, versions, load_before, load_after):
              "- load average before / after: %s / %s" % (load_before, load_after),
              "- versions: " + ", ".join("%s %s" % kv for kv in versions.items()),
              "- ampfuse: `AMPFUSE_TEAMS=always` (teams of %d threads, as the peers; not its default `adaptive`)" % args.threads,
-             "- every cell: median of %d runs after %d untimed ones (ampfuse run: after its first run; "
+             "- every cell: median of %d runs after %d or more untimed ones, for 2 s at least (ampfuse run: after its first run; "
              "ampfuse_bench: of %d repetitions of 0.2 s each); "
              "**WRONG**: output off the reference (MXNet f32, MXNET_SUBGRAPH_BACKEND=NONE) by more than "
              "%g (f32) / %g (bf16) of max |ref|, not timed" % (REPEAT, WARMUP, REPEAT, TOLERANCE["f32"], TOLERANCE["bf16"]),
