@@ -7,7 +7,7 @@ ASAN_BUILD ?= build-asan
 PY_VENV ?= $(BUILD)/py-venv
 TSAN_BUILD ?= build-tsan
 
-.PHONY: demo test setup build build-asan tsan bench clean zoo digits pip-check fuzz bigmem
+.PHONY: demo test setup build build-asan tsan bench clean zoo digits pip-check fuzz bigmem peers
 
 setup:
 	@bash scripts/setup.sh
@@ -62,6 +62,17 @@ bigmem: build
 
 bench: build
 	@./$(BUILD)/ampfuse_bench
+
+# Issue 18's peer harness (bench/README.md, "Peers (bench/peers)"): ampfuse against torch
+# eager, torch.compile, JAX and MXNet 1.9.1, kernels and models, in one sitting; prints the
+# table and writes $(PEERS_DIR)/latest.md. On demand, never in `make test`: its virtual
+# environments take ~7 GB from PyPI (AMPFUSE_PEERS_DIR, default build/peers) and a full run
+# takes ~15-25 min on 2 cores. PEERS_ARGS: options of bench/peers/run.py (e.g. --models
+# cifar_resnet20_v2 --dtypes bf16 --skip-kernels).
+PEERS_DIR ?= $(or $(AMPFUSE_PEERS_DIR),$(BUILD)/peers)
+peers: build
+	@AMPFUSE_PEERS_DIR=$(PEERS_DIR) bash bench/peers/setup.sh
+	$(PEERS_DIR)/venv-torch/bin/python bench/peers/run.py --peers-dir $(PEERS_DIR) --build $(BUILD) $(PEERS_ARGS)
 
 # The GluonCV model-zoo corpus (docs/model_zoo.md): on demand, not part of `make test`.
 # ZOO_VENV: a virtual environment with mxnet 1.9.1 + gluoncv 0.10.5 (created when missing;
