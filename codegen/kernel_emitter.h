@@ -58,6 +58,17 @@ class KernelEmitter {
   // Transposes: whole slabs of the two innermost dimensions; emit_tiles interchanges the
   // loops (a transposed output), emit_staged_tiles transposes in registers.
   bool wants_tiles() const;
+  // The slab loops of emit_tiles and emit_staged_tiles: a kernel's flags accumulate in
+  // stack slots (LLVM promotes them back to registers). begin_slabs zeroes the slots and
+  // leaves the insert point where [begin, end) is not empty; slab_element is emit_element
+  // with the slots; end_slabs joins the empty case and stores the flags.
+  struct SlabFlags {
+    std::vector<llvm::AllocaInst*> slots;
+    llvm::BasicBlock* exit = nullptr;
+  };
+  SlabFlags begin_slabs();
+  void slab_element(const SlabFlags& flags, const std::vector<Value*>& offsets, Value* flat_index);
+  void end_slabs(const SlabFlags& flags);
   void emit_tiles();
   void emit_tiled_dispatch(const std::string& symbol, llvm::Function* rows, llvm::Function* tiles);
   // Transposes whose outputs are all contiguous: blocks transposed in registers into stack

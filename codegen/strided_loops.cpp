@@ -140,17 +140,37 @@ bool KernelEmitter::wants_tiles() const {
 // [begin, end) is a whole number of slabs (extent(r-2) * extent(r-1) elements). For each
 // slab: for each block of rows, for each column, for each row of the block. Flags are
 // accumulated in stack slots, which LLVM promotes back to registers.
-void KernelEmitter::emit_tiles() {
-  const int rank = sig_.rank;
-  std::vector<llvm::AllocaInst*> found;
+KernelEmitter::SlabFlags KernelEmitter::begin_slabs() {
+  SlabFlags flags;
   for (size_t f = 0; f < sig_.flags.size(); ++f) {
-    found.push_back(b_.CreateAlloca(b_.getInt1Ty()));
-    b_.CreateStore(b_.getFalse(), found.back());
+    flags.slots.push_back(b_.CreateAlloca(b_.getInt1Ty()));
+    b_.CreateStore(b_.getFalse(), flags.slots.back());
   }
   llvm::BasicBlock* work = llvm::BasicBlock::Create(ctx_, "slabs", fn_);
-  llvm::BasicBlock* exit = llvm::BasicBlock::Create(ctx_, "exit", fn_);
-  b_.CreateCondBr(b_.CreateICmpSLT(begin_, end_), work, exit);
+  flags.exit = llvm::BasicBlock::Create(ctx_, "exit", fn_);
+  b_.CreateCondBr(b_.CreateICmpSLT(begin_, end_), work, flags.exit);
   b_.SetInsertPoint(work);
+  return flags;
+}
+
+void KernelEmitter::slab_element(const SlabFlags& flags, const std::vector<Value*>& offsets, Value* flat_index) {
+  std::vector<Value*> acc;
+  for (llvm::AllocaInst* a : flags.slots) acc.push_back(b_.CreateLoad(b_.getInt1Ty(), a));
+  const std::vector<Value*> updated = emit_element(offsets, flat_index, acc);
+  for (size_t f = 0; f < flags.slots.size(); ++f) b_.CreateStore(updated[f], flags.slots[f]);
+}
+
+void KernelEmitter::end_slabs(const SlabFlags& flags) {
+  b_.CreateBr(flags.exit);
+  b_.SetInsertPoint(flags.exit);
+  std::vector<Value*> acc;
+  for (llvm::AllocaInst* a : flags.slots) acc.push_back(b_.CreateLoad(b_.getInt1Ty(), a));
+  store_flags(acc);
+}
+
+void KernelEmitter::emit_tiles() {
+  const int rank = sig_.rank;
+  const SlabFlags flags = begin_slabs();
   Value* rows = shape_[rank - 2];
   Value* cols = shape_[rank - 1];
   Value* slab = b_.CreateMul(rows, cols);
@@ -184,19 +204,12 @@ void KernelEmitter::emit_tiles() {
                 offsets.push_back(strided_offset(k, slab_offset[k], {{rank - 2, row}, {rank - 1, col}}));
             }
           }
-          std::vector<Value*> acc;
-          for (llvm::AllocaInst* a : found) acc.push_back(b_.CreateLoad(b_.getInt1Ty(), a));
-          const std::vector<Value*> updated = emit_element(offsets, flat, acc);
-          for (size_t f = 0; f < found.size(); ++f) b_.CreateStore(updated[f], found[f]);
+          slab_element(flags, offsets, flat);
         });
       });
     });
   });
-  b_.CreateBr(exit);
-  b_.SetInsertPoint(exit);
-  std::vector<Value*> acc;
-  for (llvm::AllocaInst* a : found) acc.push_back(b_.CreateLoad(b_.getInt1Ty(), a));
-  store_flags(acc);
+  end_slabs(flags);
 }
 
 // The exported function of a tiled kernel: rows up to the first slab boundary, whole slabs

@@ -236,15 +236,7 @@ void KernelEmitter::emit_staged_tiles() {
     a->setAlignment(llvm::Align(64));
     buffers[k] = a;
   }
-  std::vector<llvm::AllocaInst*> found;
-  for (size_t f = 0; f < sig_.flags.size(); ++f) {
-    found.push_back(b_.CreateAlloca(b_.getInt1Ty()));
-    b_.CreateStore(b_.getFalse(), found.back());
-  }
-  llvm::BasicBlock* work = llvm::BasicBlock::Create(ctx_, "slabs", fn_);
-  llvm::BasicBlock* exit = llvm::BasicBlock::Create(ctx_, "exit", fn_);
-  b_.CreateCondBr(b_.CreateICmpSLT(begin_, end_), work, exit);
-  b_.SetInsertPoint(work);
+  const SlabFlags flags = begin_slabs();
   Value* rows = shape_[rank - 2];
   Value* cols = shape_[rank - 1];
   Value* slab = b_.CreateMul(rows, cols);
@@ -323,10 +315,7 @@ void KernelEmitter::emit_staged_tiles() {
                 else
                   offsets.push_back(operand(k).layout == Layout::scalar ? nullptr : flat);
               }
-              std::vector<Value*> acc;
-              for (llvm::AllocaInst* a : found) acc.push_back(b_.CreateLoad(b_.getInt1Ty(), a));
-              const std::vector<Value*> updated = emit_element(offsets, flat, acc);
-              for (size_t f = 0; f < found.size(); ++f) b_.CreateStore(updated[f], found[f]);
+              slab_element(flags, offsets, flat);
             }, width);
           };
           // With args->streaming (outputs 64-byte aligned and too large to cache), the part
@@ -359,11 +348,7 @@ void KernelEmitter::emit_staged_tiles() {
       });
     });
   });
-  b_.CreateBr(exit);
-  b_.SetInsertPoint(exit);
-  std::vector<Value*> acc;
-  for (llvm::AllocaInst* a : found) acc.push_back(b_.CreateLoad(b_.getInt1Ty(), a));
-  store_flags(acc);
+  end_slabs(flags);
 }
 
 }  // namespace ampfuse::codegen::detail
