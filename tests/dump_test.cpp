@@ -34,7 +34,9 @@ ir::Graph tiny_graph() {
 }
 
 TEST(Dump, AllPrintsEveryStageInPipelineOrder) {
-  runtime::KernelCache fresh;  // so that the kernel is compiled (and its code dumped) now
+  // No disk cache either: the kernel is compiled (and its code dumped) now, whatever an
+  // earlier run of the suite stored.
+  runtime::KernelCache fresh(nullptr);
   ExecutorOptions opts;
   opts.cache = &fresh;
   std::string out;
