@@ -773,9 +773,8 @@ std::mutex g_mutex;
 std::unordered_map<std::string, std::shared_ptr<Slot>> g_cache;
 size_t g_created = 0;
 
-std::shared_ptr<const Entry> entry_for(const Node& n, Types in, bool solo = false) {
-  if (n.outputs.empty()) fail("node '{}' ({}) has no inferred types", n.name, n.op);
-  const std::string key = cache_key(n, in) + (solo ? ";solo" : "");
+// The entry of `key` (cache_key(n, in), with ";solo" when solo), made if needed.
+std::shared_ptr<const Entry> entry_with_key(const std::string& key, const Node& n, Types in, bool solo) {
   std::shared_ptr<Slot> slot;
   {
     std::lock_guard lock(g_mutex);
@@ -791,6 +790,11 @@ std::shared_ptr<const Entry> entry_for(const Node& n, Types in, bool solo = fals
     }
   });
   return slot->entry;
+}
+
+std::shared_ptr<const Entry> entry_for(const Node& n, Types in, bool solo = false) {
+  if (n.outputs.empty()) fail("node '{}' ({}) has no inferred types", n.name, n.op);
+  return entry_with_key(cache_key(n, in) + (solo ? ";solo" : ""), n, in, solo);
 }
 
 }  // namespace
@@ -971,12 +975,13 @@ std::string onednn_impl_name(const Node& node, std::span<const TensorType> input
 
 struct OnednnPrefetch::Work {
   std::vector<Item> items;
+  std::vector<std::string> keys;  // items[i]'s cache_key, computed once
   std::atomic<size_t> next{0};
   int omp_threads = 1;
 
   void make_entries() {
     for (size_t i; (i = next.fetch_add(1)) < items.size();) try {
-        entry_for(*items[i].node, items[i].inputs);
+        entry_with_key(keys[i], *items[i].node, items[i].inputs, false);
       } catch (...) {
         // onednn_primitive meets it again, on the compiling thread, and reports it.
       }
@@ -985,10 +990,14 @@ struct OnednnPrefetch::Work {
 
 OnednnPrefetch::OnednnPrefetch(std::vector<Item> items) : work_(std::make_shared<Work>()) {
   // Each key once: a second thread asking for a key that is being made would only wait.
-  std::unordered_set<std::string> keys;
-  for (Item& item : items)
-    if (!item.node->outputs.empty() && keys.insert(cache_key(*item.node, item.inputs)).second)
-      work_->items.push_back(std::move(item));
+  std::unordered_set<std::string> seen;
+  for (Item& item : items) {
+    if (item.node->outputs.empty()) continue;  // onednn_primitive names the node
+    std::string key = cache_key(*item.node, item.inputs);
+    if (!seen.insert(key).second) continue;
+    work_->keys.push_back(std::move(key));
+    work_->items.push_back(std::move(item));
+  }
   work_->omp_threads = omp_get_max_threads();
   const size_t cores = std::max(2u, std::thread::hardware_concurrency());
   const size_t helpers = std::min({work_->items.size() / 2, cores - 1, size_t{4}});
