@@ -7,8 +7,13 @@ weights; the median of --repeat timed forward passes after --warmup untimed ones
 ending in wait_to_read, the four configurations timed in turns (round robin). MXNet runs with its default subgraph backend (its oneDNN fusion)
 unless MXNET_SUBGRAPH_BACKEND says otherwise.
 
+With --train, a training step instead (bench/README.md, "Training through the MXNet
+backend"): forward under autograd.record(), softmax cross-entropy, backward and an SGD
+step with momentum, ending in the loss's wait_to_read; MXNet alone in f32 against the
+ampfuse backend in f32 and bf16 AMP (default model cifar_resnet20_v2, batch 32).
+
 Usage: PYTHONPATH=python AMPFUSE_MXNET_LIBRARY=build/python/ampfuse/libampfuse_mxnet.so \\
-       python bench/mxnet_backend_bench.py [--models resnet50_v1b,...] [--batches 1,32]
+       python bench/mxnet_backend_bench.py [--models resnet50_v1b,...] [--batches 1,32] [--train]
 """
 
 import argparse
@@ -19,6 +24,7 @@ import time
 
 import mxnet as mx
 import numpy as np
+from mxnet import autograd, gluon
 from mxnet.contrib import amp
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "python", "mxnet"))
@@ -35,6 +41,8 @@ def make(name):
 
 def inputs(name, batch):
     rng = np.random.RandomState(0)
+    if name.startswith("cifar_"):
+        return [mx.nd.array(rng.uniform(-1, 1, (batch, 3, 32, 32)))]
     if name == "bert_encoder":
         return [mx.nd.array(rng.randint(0, 1000, (batch, 32))), mx.nd.array(rng.randint(0, 2, (batch, 32))),
                 mx.nd.array(rng.randint(16, 33, (batch,)))]
@@ -80,6 +88,25 @@ def time_round_robin(nets, x, warmup, repeat):
 
 
 MODES = ["mxnet f32", "mxnet bf16 amp", "ampfuse f32", "ampfuse bf16 amp"]
+TRAIN_MODES = ["mxnet f32", "ampfuse f32", "ampfuse bf16 amp"]
+
+
+class TrainingStep:
+    """One call: a forward under autograd.record(), the loss, backward and an SGD step."""
+
+    def __init__(self, net, batch):
+        self.net = net
+        self.labels = mx.nd.array(np.random.RandomState(1).randint(0, 10, (batch,)))
+        self.loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
+        self.trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.01, "momentum": 0.9})
+        self.batch = batch
+
+    def __call__(self, *x):
+        with autograd.record():
+            loss = self.loss_fn(self.net(*x), self.labels)
+        loss.backward()
+        self.trainer.step(self.batch)
+        return loss
 
 
 def main():
@@ -88,7 +115,13 @@ def main():
     ap.add_argument("--batches", default="1,32")
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--train", action="store_true", help="time training steps (default model cifar_resnet20_v2, batch 32)")
     args = ap.parse_args()
+    if args.train and args.models == ap.get_default("models"):
+        args.models = "cifar_resnet20_v2"
+    if args.train and args.batches == ap.get_default("batches"):
+        args.batches = "32"
+    modes = TRAIN_MODES if args.train else MODES
     cpu = "unknown CPU"
     if os.path.exists("/proc/cpuinfo"):
         for line in open("/proc/cpuinfo"):
@@ -98,20 +131,21 @@ def main():
     print("# MXNet %s, %s, %d cores, OMP_NUM_THREADS=%s, MXNET_SUBGRAPH_BACKEND=%s" % (
         mx.__version__, cpu, os.cpu_count(), os.environ.get("OMP_NUM_THREADS", "unset"),
         os.environ.get("MXNET_SUBGRAPH_BACKEND", "unset (MKLDNN)")))
-    print("| model | batch | " + " | ".join(MODES) + " |")
-    print("|---|---|" + "---|" * len(MODES))
+    print("| model | batch | " + " | ".join(modes) + " |" + (" (training step)" if args.train else ""))
+    print("|---|---|" + "---|" * len(modes))
     for name in args.models.split(","):
         for batch in (int(b) for b in args.batches.split(",")):
             x = inputs(name, batch)
             nets, cells = {}, {}
-            for mode in MODES:
+            for mode in modes:
                 try:
-                    nets[mode] = build(name, mode, x)
+                    net = build(name, mode, x)
+                    nets[mode] = TrainingStep(net, batch) if args.train else net
                 except Exception as e:  # a column that fails says so; the table goes on
                     cells[mode] = "error: %s" % str(e).split("\n")[0][:60]
             for mode, median in time_round_robin(nets, x, args.warmup, args.repeat).items():
                 cells[mode] = "%.1f ms" % (median * 1e3)
-            cells = [cells[mode] for mode in MODES]
+            cells = [cells[mode] for mode in modes]
             print("| %s | %d | %s |" % (name, batch, " | ".join(cells)), flush=True)
 
 

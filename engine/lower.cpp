@@ -187,10 +187,12 @@ Lowered lower(ir::Graph g, const LowerOptions& opts) {
   Lowered out;
   std::set<std::string> forward_nodes;
   out.graph = run_graph_steps(std::move(g), opts, false, out.stats, &forward_nodes);
-  out.plan = with_context("plan-fusion", [&] { return plan_fusion(out.graph, opts.planner); });
+  PlannerOptions planner = opts.planner;
+  if (opts.backward) planner.backward_nodes = backward_nodes(out.graph, forward_nodes);
+  out.plan = with_context("plan-fusion", [&] { return plan_fusion(out.graph, planner); });
   if (opts.planner.recompute)
     out.stats.recomputed =
-        with_context("recompute", [&] { return recompute_in_readers(out.graph, out.plan, opts.planner); });
+        with_context("recompute", [&] { return recompute_in_readers(out.graph, out.plan, planner); });
   if (opts.backward) count_saved_for_backward(out.graph, out.plan, forward_nodes, out.stats);
   if (dump_enabled("plan")) fmt::print(stderr, "// ----- plan -----\n{}", print_plan(out.graph, out.plan));
   return out;

@@ -14,7 +14,9 @@
 //                      gradients and f32 weights f32 ones, as MXNet's AMP trains
 //   fold-batchnorm   with fold_batchnorm: BatchNorm after Convolution into its weights
 //   compute-in-f32   casts around external ops computed in f32, so that they fuse
-//   plan-fusion      fused kernels, external ops and views
+//   plan-fusion      fused kernels, external ops and views; with backward, forward and
+//                      backward nodes in separate kernels, forward steps first
+//                      (PlannerOptions::backward_nodes: Executable::run_forward)
 //   recompute        with PlannerOptions::recompute: cheap values computed again in the
 //                      kernels that read them instead of stored (engine/planning/recompute.h)
 //

@@ -73,6 +73,35 @@ std::shared_ptr<std::byte[]> host_memory(runtime::DeviceApi& device, size_t byte
 
 DevicePtr address_of(const Tensor& t) { return reinterpret_cast<DevicePtr>(t.raw()); }
 
+// With backward: how many leading steps run_forward runs (the steps before the first that
+// reads a head gradient, directly or through other steps), or -1 when some forward output
+// is computed only after that step. Later steps that read no head gradient run in the
+// backward half; they read only variables and forward values, which stay bound.
+int64_t forward_pass_steps(const ir::Graph& g, const Plan& plan, const std::vector<bool>& head_grad_var,
+                           size_t forward_outputs) {
+  std::vector<bool> late(g.nodes.size(), false);  // per node: reads a head gradient
+  for (size_t n = 0; n < g.nodes.size(); ++n) {
+    const ir::Node& node = g.nodes[n];
+    late[n] = node.is_var() ? head_grad_var[n]
+                            : std::any_of(node.inputs.begin(), node.inputs.end(), [&](ValueRef in) { return late[in.node]; });
+  }
+  int64_t first_late = static_cast<int64_t>(plan.steps.size());
+  std::vector<int64_t> step_of_node(g.nodes.size(), -1);
+  for (size_t s = 0; s < plan.steps.size(); ++s) {
+    for (ValueRef v : step_writes(g, plan.steps[s])) step_of_node[v.node] = static_cast<int64_t>(s);
+    const std::vector<ValueRef> reads = step_reads(g, plan.steps[s]);
+    if (first_late == static_cast<int64_t>(plan.steps.size()) &&
+        std::any_of(reads.begin(), reads.end(), [&](ValueRef v) { return late[v.node]; }))
+      first_late = static_cast<int64_t>(s);
+  }
+  for (size_t i = 0; i < forward_outputs && i < g.outputs.size(); ++i) {
+    const int32_t n = g.outputs[i].node;
+    if (g.nodes[n].is_var()) continue;
+    if (late[n] || step_of_node[n] < 0 || step_of_node[n] >= first_late) return -1;
+  }
+  return first_late;
+}
+
 }  // namespace
 
 bool strict_from_environment() {
@@ -132,6 +161,10 @@ struct Executable::Impl {
   std::vector<int32_t> rebound_views;         // views of variables, constants and outputs
   std::vector<std::vector<int32_t>> views_of;  // per root value id
   size_t flag_count = 0;                      // int32 flags of every device kernel
+  // With backward: per node, whether it is a head-gradient variable; the steps run_forward
+  // runs (forward_pass_steps), -1 when the plan cannot be split there.
+  std::vector<bool> head_grad_var;
+  int64_t forward_steps = -1;
 
   // Scratch a step needs: operand addresses per kernel, tensors for an external op.
   struct Scratch {
@@ -173,12 +206,19 @@ struct Executable::Impl {
 
   ValueTable unbound_table() const;
   std::unique_ptr<RunContext> make_context() const;
+  std::unique_ptr<RunContext> take_context(RunStats& rs) const;
+  void give_back(std::unique_ptr<RunContext> ctx) const;
   std::shared_ptr<ConstantSet> constants_for(const runtime::Bindings& vars, RunStats& rs) const;
+  // `head_grads_later`: head-gradient variables stay unbound (run_forward).
   void bind_per_run(RunContext& ctx, const runtime::Bindings& vars, const ConstantSet* cs, std::span<Tensor> into,
-                    std::vector<bool>& direct, RunStats& rs) const;
+                    std::vector<bool>& direct, RunStats& rs, bool head_grads_later = false) const;
   bool writable_in_place(const Tensor& out, const runtime::Bindings& vars) const;
   void run(const runtime::Bindings& vars, std::span<Tensor> into, std::vector<Tensor>* returned, RunStats* stats) const;
   void release_per_run(RunContext& ctx) const;
+  // Steps [from, to) of the plan on ctx (constant steps skipped when `cs` holds them).
+  void run_steps(RunContext& ctx, const ConstantSet* cs, size_t from, size_t to, RunStats& rs) const;
+  void clear_flags(RunContext& ctx) const;
+  bool any_flag(RunContext& ctx) const;
 
   void execute(size_t s, ValueTable& t, Scratch& scratch, const ConstantSet* cs, DevicePtr flags, RunStats& rs) const;
   void launch(const KernelStep& k, const ValueTable& t, std::vector<DevicePtr>& data, DevicePtr flags) const;
@@ -252,6 +292,12 @@ Executable Executable::compile(ir::Graph g, const ExecutorOptions& opts) {
   st.recomputed = lowered.stats.recomputed;
   const ir::Graph& graph = im.graph;
   const size_t steps = im.plan.steps.size();
+  if (opts.backward) {
+    im.head_grad_var.assign(graph.nodes.size(), false);
+    for (const std::string& name : st.head_grads)
+      if (const auto n = graph.find_var(name)) im.head_grad_var[*n] = true;
+    im.forward_steps = forward_pass_steps(graph, im.plan, im.head_grad_var, st.forward_outputs);
+  }
 
   // Lower every fused kernel to a spec; one that cannot be is an error (strict) or runs on
   // the interpreter.
@@ -576,9 +622,11 @@ std::shared_ptr<Executable::Impl::ConstantSet> Executable::Impl::constants_for(c
 
 // Variables, constants and output buffers: bound for this run only.
 void Executable::Impl::bind_per_run(RunContext& ctx, const runtime::Bindings& vars, const ConstantSet* cs,
-                                    std::span<Tensor> into, std::vector<bool>& direct, RunStats& rs) const {
+                                    std::span<Tensor> into, std::vector<bool>& direct, RunStats& rs,
+                                    bool head_grads_later) const {
   ValueTable& t = ctx.values;
   for (int32_t n : variable_nodes) {
+    if (head_grads_later && head_grad_var[n]) continue;
     const int32_t id = memory.first_value[n];
     const Tensor& bound = runtime::bound_variable(graph.nodes[n], vars);
     t.host[id].share_storage(bound);
@@ -766,73 +814,178 @@ void Executable::run_into(const runtime::Bindings& vars, std::span<Tensor> outpu
   impl_->run(vars, outputs, nullptr, stats);
 }
 
+std::unique_ptr<Executable::Impl::RunContext> Executable::Impl::take_context(RunStats& rs) const {
+  {
+    std::lock_guard lock(contexts_mutex);
+    if (!idle_contexts.empty()) {
+      std::unique_ptr<RunContext> ctx = std::move(idle_contexts.back());
+      idle_contexts.pop_back();
+      return ctx;
+    }
+  }
+  std::unique_ptr<RunContext> ctx = make_context();
+  rs.allocations += (ctx->host_arena ? 1 : 0) + (ctx->device_arena ? 1 : 0);
+  return ctx;
+}
+
+void Executable::Impl::give_back(std::unique_ptr<RunContext> ctx) const {
+  release_per_run(*ctx);
+  std::lock_guard lock(contexts_mutex);
+  idle_contexts.push_back(std::move(ctx));
+}
+
+void Executable::Impl::clear_flags(RunContext& ctx) const {
+  if (flag_count == 0) return;
+  std::fill(ctx.flag_values.begin(), ctx.flag_values.end(), 0);
+  device->upload(ctx.flags, ctx.flag_values.data(), flag_count * sizeof(int32_t));
+}
+
+bool Executable::Impl::any_flag(RunContext& ctx) const {
+  if (flag_count == 0) return false;
+  device->download(ctx.flag_values.data(), ctx.flags, flag_count * sizeof(int32_t));
+  return std::any_of(ctx.flag_values.begin(), ctx.flag_values.end(), [](int32_t f) { return f != 0; });
+}
+
+void Executable::Impl::run_steps(RunContext& ctx, const ConstantSet* cs, size_t from, size_t to, RunStats& rs) const {
+  for (size_t s = from; s < to; ++s) {
+    if (cs && constant_step[s]) continue;
+    for (const Transfer& tr : memory.transfers_before[s]) copy(tr, ctx.values, rs);
+    execute(s, ctx.values, ctx.scratch, cs, ctx.flags, rs);
+  }
+}
+
 void Executable::Impl::run(const runtime::Bindings& vars, std::span<Tensor> into, std::vector<Tensor>* returned,
                            RunStats* stats) const {
   const auto t0 = std::chrono::steady_clock::now();
-  const Impl& im = *this;
   RunStats rs;
   // Declared first, so that it measures the whole run, its teams' waits included.
   const runtime::RunTeams teams;
   rs.solo = teams.solo();
 
-  std::unique_ptr<Impl::RunContext> ctx;
-  {
-    std::lock_guard lock(im.contexts_mutex);
-    if (!im.idle_contexts.empty()) {
-      ctx = std::move(im.idle_contexts.back());
-      im.idle_contexts.pop_back();
-    }
-  }
-  if (!ctx) {
-    ctx = im.make_context();
-    rs.allocations += (ctx->host_arena ? 1 : 0) + (ctx->device_arena ? 1 : 0);
-  }
   // The context goes back for the next run however this one ends.
   struct Return {
     const Impl& im;
-    std::unique_ptr<Impl::RunContext>& ctx;
-    ~Return() {
-      im.release_per_run(*ctx);
-      std::lock_guard lock(im.contexts_mutex);
-      im.idle_contexts.push_back(std::move(ctx));
-    }
-  } give_back{im, ctx};
+    std::unique_ptr<RunContext> ctx;
+    ~Return() { im.give_back(std::move(ctx)); }
+  } held{*this, take_context(rs)};
+  RunContext& ctx = *held.ctx;
 
-  std::shared_ptr<const Impl::ConstantSet> cs;
-  if (im.opts.constant_params && (!im.constant_vars.empty() || !im.constant_values.empty())) cs = im.constants_for(vars, rs);
+  std::shared_ptr<const ConstantSet> cs;
+  if (opts.constant_params && (!constant_vars.empty() || !constant_values.empty())) cs = constants_for(vars, rs);
   std::vector<bool> direct(into.size(), false);
-  im.bind_per_run(*ctx, vars, cs.get(), into, direct, rs);
+  bind_per_run(ctx, vars, cs.get(), into, direct, rs);
   if (cs) rs.nonfinite = cs->nonfinite;
 
-  ValueTable& t = ctx->values;
-  const size_t flag_bytes = im.flag_count * sizeof(int32_t);
-  if (flag_bytes) {
-    std::fill(ctx->flag_values.begin(), ctx->flag_values.end(), 0);
-    im.device->upload(ctx->flags, ctx->flag_values.data(), flag_bytes);
-  }
-  for (size_t s = 0; s < im.plan.steps.size(); ++s) {
-    if (cs && im.constant_step[s]) continue;
-    for (const Transfer& tr : im.memory.transfers_before[s]) im.copy(tr, t, rs);
-    im.execute(s, t, ctx->scratch, cs.get(), ctx->flags, rs);
-  }
-  for (const Transfer& tr : im.memory.transfers_at_end) im.copy(tr, t, rs);
-  if (flag_bytes) {
-    im.device->download(ctx->flag_values.data(), ctx->flags, flag_bytes);
-    rs.nonfinite = rs.nonfinite || std::any_of(ctx->flag_values.begin(), ctx->flag_values.end(), [](int32_t f) { return f != 0; });
-  }
-  im.device->synchronize();
+  clear_flags(ctx);
+  run_steps(ctx, cs.get(), 0, plan.steps.size(), rs);
+  ValueTable& t = ctx.values;
+  for (const Transfer& tr : memory.transfers_at_end) copy(tr, t, rs);
+  rs.nonfinite = any_flag(ctx) || rs.nonfinite;
+  device->synchronize();
 
   if (returned) {
-    returned->reserve(im.graph.outputs.size());
-    for (ValueRef v : im.graph.outputs) returned->push_back(t.host[im.id(v)]);
+    returned->reserve(graph.outputs.size());
+    for (ValueRef v : graph.outputs) returned->push_back(t.host[id(v)]);
   }
   for (size_t i = 0; i < into.size(); ++i) {
     if (direct[i]) continue;
-    into[i].copy_from(t.host[im.id(im.graph.outputs[i])]);
+    into[i].copy_from(t.host[id(graph.outputs[i])]);
     ++rs.output_copies;
   }
   rs.seconds = seconds_since(t0);
   if (stats) *stats = rs;
+}
+
+// ---- forward and backward in two calls ----------------------------------------------------
+
+struct ForwardPass::State {
+  const Executable::Impl* im = nullptr;
+  std::unique_ptr<Executable::Impl::RunContext> ctx;
+  std::shared_ptr<const Executable::Impl::ConstantSet> cs;
+  ~State() {
+    if (ctx) im->give_back(std::move(ctx));
+  }
+};
+
+ForwardPass::ForwardPass() = default;
+ForwardPass::ForwardPass(ForwardPass&&) noexcept = default;
+ForwardPass& ForwardPass::operator=(ForwardPass&&) noexcept = default;
+ForwardPass::~ForwardPass() = default;
+
+bool Executable::splits_at_head_grads() const { return impl_->forward_steps >= 0 && !impl_->two_spaces; }
+
+ForwardPass Executable::run_forward(const runtime::Bindings& vars, std::span<Tensor> forward_outputs,
+                                    RunStats* stats) const {
+  const Impl& im = *impl_;
+  const auto t0 = std::chrono::steady_clock::now();
+  if (!im.opts.backward) fail("run_forward: the executable was compiled without backward");
+  if (im.two_spaces) fail("run_forward: not on {}, whose memory is not the host's; run() computes both halves", im.device->name());
+  if (im.forward_steps < 0)
+    fail("run_forward: a forward output is computed by a step that reads a head gradient, so the plan cannot stop "
+         "between forward and backward; run() computes both halves");
+  const size_t n_forward = im.stats.forward_outputs;
+  if (forward_outputs.size() != n_forward)
+    fail("run_forward: {} output buffers given for {} forward outputs", forward_outputs.size(), n_forward);
+  for (size_t i = 0; i < n_forward; ++i) {
+    const ir::TensorType& want = im.graph.type(im.graph.outputs[i]);
+    if (forward_outputs[i].type() != want)
+      fail("run_forward: output {} (node '{}') is {}, its buffer is {}", i, im.graph.nodes[im.graph.outputs[i].node].name,
+           ir::type_str(want), ir::type_str(forward_outputs[i].type()));
+  }
+  RunStats rs;
+  const runtime::RunTeams teams;
+  rs.solo = teams.solo();
+  ForwardPass pass;
+  pass.state_ = std::make_unique<ForwardPass::State>();
+  ForwardPass::State& p = *pass.state_;
+  p.im = &im;
+  p.ctx = im.take_context(rs);
+  if (im.opts.constant_params && (!im.constant_vars.empty() || !im.constant_values.empty()))
+    p.cs = im.constants_for(vars, rs);
+  std::vector<bool> direct;
+  im.bind_per_run(*p.ctx, vars, p.cs.get(), {}, direct, rs, /*head_grads_later=*/true);
+  im.clear_flags(*p.ctx);
+  im.run_steps(*p.ctx, p.cs.get(), 0, static_cast<size_t>(im.forward_steps), rs);
+  im.device->synchronize();
+  // The forward outputs are the pass's own buffers, which backward steps may read; the
+  // caller gets copies.
+  for (size_t i = 0; i < n_forward; ++i) {
+    forward_outputs[i].copy_from(p.ctx->values.host[im.id(im.graph.outputs[i])]);
+    ++rs.output_copies;
+  }
+  rs.nonfinite = im.any_flag(*p.ctx) || (p.cs && p.cs->nonfinite);
+  rs.seconds = seconds_since(t0);
+  if (stats) *stats = rs;
+  return pass;
+}
+
+std::vector<Tensor> Executable::run_backward(ForwardPass pass, const runtime::Bindings& head_grads,
+                                             RunStats* stats) const {
+  const Impl& im = *impl_;
+  const auto t0 = std::chrono::steady_clock::now();
+  if (!pass.state_ || pass.state_->im != &im) fail("run_backward: the forward pass is empty or from another executable");
+  RunStats rs;
+  const runtime::RunTeams teams;
+  rs.solo = teams.solo();
+  ForwardPass::State& p = *pass.state_;
+  ValueTable& t = p.ctx->values;
+  for (int32_t n : im.variable_nodes) {
+    if (!im.head_grad_var[n]) continue;
+    const int32_t id = im.memory.first_value[n];
+    const Tensor& bound = runtime::bound_variable(im.graph.nodes[n], head_grads);
+    t.host[id].share_storage(bound);
+    t.dev[id] = address_of(bound);
+  }
+  im.run_steps(*p.ctx, p.cs.get(), static_cast<size_t>(im.forward_steps), im.plan.steps.size(), rs);
+  // The flags were cleared before the forward steps: they cover the whole run.
+  rs.nonfinite = im.any_flag(*p.ctx) || (p.cs && p.cs->nonfinite);
+  im.device->synchronize();
+  std::vector<Tensor> gradients;
+  for (size_t i = im.stats.forward_outputs; i < im.graph.outputs.size(); ++i)
+    gradients.push_back(t.host[im.id(im.graph.outputs[i])]);
+  rs.seconds = seconds_since(t0);
+  if (stats) *stats = rs;
+  return gradients;  // the pass gives its memory back as it goes out of scope
 }
 
 }  // namespace ampfuse::engine

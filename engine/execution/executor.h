@@ -187,6 +187,25 @@ struct RunStats {
   int64_t upload_bytes = 0, download_bytes = 0;
 };
 
+class Executable;
+
+// The forward half of a training run, kept for its backward half (Executable::run_forward):
+// the run's memory, holding every forward value the gradients read. Given back to its
+// executable by run_backward or when destroyed; must not outlive the executable.
+class ForwardPass {
+ public:
+  ForwardPass();
+  ForwardPass(ForwardPass&&) noexcept;
+  ForwardPass& operator=(ForwardPass&&) noexcept;
+  ~ForwardPass();
+  explicit operator bool() const { return state_ != nullptr; }
+
+ private:
+  friend class Executable;
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
 class Executable {
  public:
   // Lowers `g` (engine/lower.h; types are inferred when missing), compiles every fused
@@ -208,6 +227,25 @@ class Executable {
   // that are variables or constants) the result is computed aside and copied in, counted
   // in RunStats::output_copies. Thread-safe as run().
   void run_into(const runtime::Bindings& vars, std::span<runtime::Tensor> outputs, RunStats* stats = nullptr) const;
+
+  // Training executables (ExecutorOptions::backward) in two calls, as a framework whose
+  // autograd calls forward and backward separately (MXNet) needs. run_forward runs the
+  // forward steps, binding every variable but the head gradients, writes the forward
+  // outputs (the first CompileStats::forward_outputs graph outputs) into `forward_outputs`
+  // (types as run_into) and keeps the run's memory; run_backward binds the head gradients,
+  // runs the rest of the plan on that memory and returns the gradients (the remaining graph
+  // outputs, in CompileStats::gradient_of order). Nothing is computed twice: the results
+  // equal run()'s bit for bit. The variables bound to run_forward must stay alive and
+  // unchanged until run_backward. The planner keeps the forward steps first
+  // (PlannerOptions::backward_nodes); splits_at_head_grads() is false when a forward output
+  // still needs a step that reads a head gradient, and then, as without backward or on a
+  // GPU (two memory spaces), run_forward throws ampfuse::Error. Thread-safe as run(): each
+  // pass holds a run context of its own.
+  bool splits_at_head_grads() const;
+  ForwardPass run_forward(const runtime::Bindings& vars, std::span<runtime::Tensor> forward_outputs,
+                          RunStats* stats = nullptr) const;
+  std::vector<runtime::Tensor> run_backward(ForwardPass pass, const runtime::Bindings& head_grads,
+                                            RunStats* stats = nullptr) const;
 
   // Drops what the first run computed from the constant params (ExecutorOptions::
   // constant_params), so that the next run computes it again: for callers whose weights
@@ -231,6 +269,7 @@ class Executable {
   ~Executable();
 
  private:
+  friend class ForwardPass;
   struct Impl;
   explicit Executable(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;

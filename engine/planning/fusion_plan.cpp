@@ -186,7 +186,11 @@ namespace {
 class Planner {
  public:
   Planner(const Graph& g, const PlannerOptions& opts)
-      : g_(g), opts_(opts), step_of_(g.nodes.size(), -1), node_map_(g.nodes.size()) {}
+      : g_(g), opts_(opts), step_of_(g.nodes.size(), -1), node_map_(g.nodes.size()) {
+    if (!opts.backward_nodes.empty() && opts.backward_nodes.size() != g.nodes.size())
+      fail("internal: PlannerOptions::backward_nodes has {} entries for {} nodes", opts.backward_nodes.size(),
+           g.nodes.size());
+  }
 
   Plan run() {
     for (int32_t n = 0; n < static_cast<int32_t>(g_.nodes.size()); ++n) {
@@ -222,6 +226,7 @@ class Planner {
     std::vector<ValueRef> loads{};
     KernelWork work{};
     bool merged_away = false;  // its nodes moved into another group
+    bool backward = false;     // its nodes compute the backward pass (PlannerOptions::backward_nodes)
   };
 
   // One side of path_exists: a breadth-first walk along `deps` or `users` that crosses one
@@ -246,6 +251,8 @@ class Planner {
     }
   };
 
+  bool is_backward(int32_t n) const { return !opts_.backward_nodes.empty() && opts_.backward_nodes[n]; }
+
   int32_t producer_step(ValueRef v) const { return g_.nodes[v.node].is_var() ? -1 : step_of_[v.node]; }
 
   int32_t add_step(Step step) {
@@ -257,6 +264,7 @@ class Planner {
 
   // Puts node n into step s, with the edges its inputs add between steps.
   void place(int32_t n, int32_t s) {
+    steps_[s].backward = is_backward(n);
     steps_[s].nodes.push_back(n);
     step_of_[n] = s;
     for (ValueRef in : g_.nodes[n].inputs) {
@@ -356,7 +364,7 @@ class Planner {
     const ir::DType compute = node_compute_type(g_, n);
     const bool random = draws_random_bits(g_, n);
     for (int32_t s : candidates) {
-      if (steps_[s].compute != compute) continue;
+      if (steps_[s].compute != compute || steps_[s].backward != is_backward(n)) continue;
       std::optional<AccessMap> m = required_map(n, s);
       if (!m || (random && !keeps_row_major_order(*m, node.outputs[0].shape))) continue;
       std::vector<ValueRef> loads = steps_[s].loads;
@@ -397,6 +405,7 @@ class Planner {
   // from -> into, and the step graph has none.) Paths through `into` itself need no look:
   // they would be such cycles too.
   void try_merge(int32_t into, int32_t from) {
+    if (steps_[into].backward != steps_[from].backward) return;
     std::vector<ValueRef> loads;
     for (const std::vector<ValueRef>* group_loads : {&steps_[into].loads, &steps_[from].loads})
       for (ValueRef v : *group_loads)
@@ -464,9 +473,14 @@ class Planner {
 
   Plan finish() {
     const std::vector<bool> escapes = escaping_values();
-    // Steps in dependency order (Kahn's algorithm, lowest index first for stable output).
+    // Steps in dependency order (Kahn's algorithm, lowest index first for stable output),
+    // forward steps before backward ones (no forward step reads a backward one, so all of
+    // them are ready before the first backward step has to run).
     std::vector<size_t> pending(steps_.size());
-    std::priority_queue<int32_t, std::vector<int32_t>, std::greater<>> ready;
+    const auto later = [&](int32_t a, int32_t b) {
+      return std::pair(steps_[a].backward, a) > std::pair(steps_[b].backward, b);
+    };
+    std::priority_queue<int32_t, std::vector<int32_t>, decltype(later)> ready(later);
     size_t alive = 0;
     for (size_t s = 0; s < steps_.size(); ++s) {
       if (steps_[s].merged_away) continue;

@@ -220,7 +220,7 @@ class SubgraphOp : public CustomStatefulOp {
       for (size_t i = 0; i < outputs->size(); ++i) out.push_back(wrap((*outputs)[i], "output", i));
       const af::mxnet::RegionStats before = verbose() ? region_->stats() : af::mxnet::RegionStats{};
       if (region_->form() == af::mxnet::RegionForm::training) step_ = draw_step(res);
-      region_->run(in, out, step_);
+      region_->run(in, out, step_, &kept_);
       if (verbose()) {
         const af::mxnet::RegionStats after = region_->stats();
         if (after.compilations != before.compilations)
@@ -252,10 +252,17 @@ class SubgraphOp : public CustomStatefulOp {
         in.push_back({wrap((*inputs)[n_out + i], "input", i), (*inputs)[n_out + i].verID});
       std::vector<af::runtime::Tensor> grads;
       for (size_t i = 0; i < n_in; ++i) grads.push_back(wrap((*outputs)[i], "gradient", i));
-      const int before = verbose() ? region_->stats().compilations : 0;
-      region_->backward(in, heads, grads, step_);
-      if (verbose() && region_->stats().compilations != before)
-        std::cerr << "ampfuse: " << name() << ": backward compiled for a new input signature\n";
+      const af::mxnet::RegionStats before = verbose() ? region_->stats() : af::mxnet::RegionStats{};
+      region_->backward(in, heads, grads, step_, std::move(kept_));
+      if (verbose()) {
+        const af::mxnet::RegionStats after = region_->stats();
+        if (after.compilations != before.compilations)
+          std::cerr << "ampfuse: " << name() << ": backward compiled for a new input signature\n";
+        std::cerr << "ampfuse: " << name() << ": backward "
+                  << (after.kept_backwards != before.kept_backwards ? "ran on the values its forward kept"
+                                                                    : "computed the forward again")
+                  << "\n";
+      }
       return MX_SUCCESS;
     } catch (const std::exception& e) {
       MX_ERROR_MSG << "ampfuse: " << e.what();
@@ -293,6 +300,9 @@ class SubgraphOp : public CustomStatefulOp {
   // The Dropout step of the last forward through this state: MXNet runs a node's backward
   // on the state of its forward, and backward must draw the forward's masks again.
   uint32_t step_ = 0;
+  // The training forward's values (Region::run), for the backward MXNet runs on this state;
+  // used once, and replaced by the next forward.
+  std::unique_ptr<af::mxnet::KeptForward> kept_;
 };
 
 // Regions by (AMP choice, form, subgraph JSON), shared by every operator state made for them.

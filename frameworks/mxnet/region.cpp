@@ -92,6 +92,26 @@ runtime::Bindings Region::bindings(const std::vector<RegionInput>& inputs, const
   return b;
 }
 
+// The moving statistics training_mode appended after the model's outputs: per BatchNorm
+// in graph order, the new mean and variance of the variables of its inputs 3 and 4, which
+// are MXNet's aux arrays (region inputs).
+std::vector<size_t> Region::moving_stat_inputs_of(const ir::Graph& g) const {
+  std::vector<size_t> inputs;
+  for (const ir::Node& n : g.nodes) {
+    if (n.op != "_BatchNorm_train") continue;
+    for (size_t j : {3, 4}) {
+      const ir::Node& in = g.nodes[n.inputs.at(j).node];
+      auto pos = std::find(input_names_.begin(), input_names_.end(), in.name);
+      if (!in.is_var() || pos == input_names_.end())
+        throw Error(fmt::format("MXNet region '{}': BatchNorm '{}' reads its moving statistics from '{}', not from "
+                                "an input of the region, so training cannot update them",
+                                name_, n.name, in.name));
+      inputs.push_back(static_cast<size_t>(pos - input_names_.begin()));
+    }
+  }
+  return inputs;
+}
+
 Region::Compiled& Region::compiled_for(const std::vector<RegionInput>& inputs) {
   Signature key = signature_of(inputs);
   auto it = compiled_.find(key);
@@ -115,21 +135,7 @@ Region::Compiled& Region::compiled_for(const std::vector<RegionInput>& inputs) {
     if (r != roles.end() && r->second != ir::VarRole::input && eo.constant_params) c->weight_inputs.push_back(i);
   }
   if (form_ == RegionForm::training) {
-    // The moving statistics training_mode appended after the model's outputs: per
-    // BatchNorm in graph order, the new mean and variance of the variables of its inputs 3
-    // and 4, which are MXNet's aux arrays (region inputs).
-    for (const ir::Node& n : cg.nodes) {
-      if (n.op != "_BatchNorm_train") continue;
-      for (size_t j : {3, 4}) {
-        const ir::Node& in = cg.nodes[n.inputs.at(j).node];
-        auto pos = std::find(input_names_.begin(), input_names_.end(), in.name);
-        if (!in.is_var() || pos == input_names_.end())
-          throw Error(fmt::format("MXNet region '{}': BatchNorm '{}' reads its moving statistics from '{}', not from "
-                                  "an input of the region, so training cannot update them",
-                                  name_, n.name, in.name));
-        c->moving_stat_inputs.push_back(static_cast<size_t>(pos - input_names_.begin()));
-      }
-    }
+    c->moving_stat_inputs = moving_stat_inputs_of(cg);
     if (model_outputs + c->moving_stat_inputs.size() != cg.outputs.size())
       throw Error(fmt::format("MXNet region '{}': internal: {} moving statistics for {} extra outputs", name_,
                               c->moving_stat_inputs.size(), cg.outputs.size() - model_outputs));
@@ -138,11 +144,47 @@ Region::Compiled& Region::compiled_for(const std::vector<RegionInput>& inputs) {
   return *compiled_.emplace(std::move(key), std::move(c)).first->second;
 }
 
-void Region::run(const std::vector<RegionInput>& inputs, std::vector<runtime::Tensor>& outputs, uint32_t step) {
+// What identifies the forward a backward call belongs to: the inputs' buffers and versions
+// (the moving statistics aside: the forward itself rewrote them) and the Dropout step.
+KeptForward::Key Region::kept_key(const std::vector<RegionInput>& inputs, const std::vector<size_t>& moving_stats,
+                                  uint32_t step) {
+  KeptForward::Key key{{}, step};
+  for (size_t i = 0; i < inputs.size(); ++i)
+    if (std::find(moving_stats.begin(), moving_stats.end(), i) == moving_stats.end())
+      key.inputs.emplace_back(inputs[i].tensor.raw(), inputs[i].version);
+  return key;
+}
+
+void Region::run(const std::vector<RegionInput>& inputs, std::vector<runtime::Tensor>& outputs, uint32_t step,
+                 std::unique_ptr<KeptForward>* keep) {
   if (inputs.size() != input_names_.size())
     throw Error(fmt::format("MXNet region '{}': {} inputs given, the subgraph has {}", name_, inputs.size(),
                             input_names_.size()));
   std::lock_guard lock(mutex_);
+  if (keep) keep->reset();  // the memory of an earlier forward this state kept goes back first
+  if (keep && form_ == RegionForm::training) {
+    Backward& bw = backward_for(inputs);
+    if (bw.exe->splits_at_head_grads()) {
+      const ir::Graph& g = bw.exe->graph();
+      const size_t n_forward = bw.exe->compile_stats().forward_outputs;
+      if (n_forward != outputs.size() + bw.moving_stat_inputs.size())
+        throw Error(fmt::format("MXNet region '{}': the training graph has {} forward outputs, MXNet expects {}", name_,
+                                n_forward - bw.moving_stat_inputs.size(), outputs.size()));
+      for (size_t i = 0; i < outputs.size(); ++i)
+        if (g.type(g.outputs[i]) != outputs[i].type())
+          throw Error(fmt::format("MXNet region '{}': output {} is {}, MXNet expects {}", name_, i,
+                                  ir::type_str(g.type(g.outputs[i])), ir::type_str(outputs[i].type())));
+      std::vector<runtime::Tensor> all = outputs;
+      for (size_t i : bw.moving_stat_inputs) all.push_back(inputs[i].tensor);
+      auto kept = std::make_unique<KeptForward>();
+      kept->exe = bw.exe.get();
+      kept->key = kept_key(inputs, bw.moving_stat_inputs, step);
+      kept->pass = bw.exe->run_forward(bindings(inputs, *bw.exe, step), all);
+      *keep = std::move(kept);
+      ++stats_.kept_forwards;
+      return;
+    }
+  }
   Compiled& c = compiled_for(inputs);
 
   // A weight written in place since the last run (same buffer, new version) makes the
@@ -174,10 +216,10 @@ void Region::run(const std::vector<RegionInput>& inputs, std::vector<runtime::Te
   c.exe.run_into(b, all);
 }
 
-const engine::Executable& Region::backward_for(const std::vector<RegionInput>& inputs) {
+Region::Backward& Region::backward_for(const std::vector<RegionInput>& inputs) {
   Signature key = signature_of(inputs);
   auto it = backward_.find(key);
-  if (it != backward_.end()) return *it->second;
+  if (it != backward_.end()) return it->second;
   ir::Graph g = import_for(inputs);
   if (form_ == RegionForm::unknown) {
     ir::Graph training = g;
@@ -193,18 +235,21 @@ const engine::Executable& Region::backward_for(const std::vector<RegionInput>& i
   engine::BackwardOptions bo;
   bo.with_inputs = true;  // MXNet asks for the data's gradient too (a region inside a network)
   eo.backward = bo;
-  auto exe = std::make_unique<engine::Executable>(engine::Executable::compile(std::move(g), eo));
+  Backward bw;
+  bw.exe = std::make_unique<engine::Executable>(engine::Executable::compile(std::move(g), eo));
+  if (form_ == RegionForm::training) bw.moving_stat_inputs = moving_stat_inputs_of(bw.exe->graph());
   ++stats_.compilations;
-  return *backward_.emplace(std::move(key), std::move(exe)).first->second;
+  return backward_.emplace(std::move(key), std::move(bw)).first->second;
 }
 
 void Region::backward(const std::vector<RegionInput>& inputs, const std::vector<runtime::Tensor>& head_grads,
-                      std::vector<runtime::Tensor>& input_grads, uint32_t step) {
+                      std::vector<runtime::Tensor>& input_grads, uint32_t step, std::unique_ptr<KeptForward> kept) {
   if (inputs.size() != input_names_.size() || input_grads.size() != inputs.size())
     throw Error(fmt::format("MXNet region '{}': backward got {} inputs and {} gradients for {} inputs", name_,
                             inputs.size(), input_grads.size(), input_names_.size()));
   std::lock_guard lock(mutex_);
-  const engine::Executable& exe = backward_for(inputs);
+  const Backward& bw = backward_for(inputs);
+  const engine::Executable& exe = *bw.exe;
   const engine::CompileStats& st = exe.compile_stats();
   if (st.head_grads.size() != head_grads.size())
     throw Error(fmt::format("MXNet region '{}': {} head gradients given, the region has {} outputs", name_,
@@ -212,16 +257,28 @@ void Region::backward(const std::vector<RegionInput>& inputs, const std::vector<
   // The training form's forward outputs include the new moving statistics: they get no
   // head gradient (lower.cpp differentiates the model's outputs only) and are not written
   // back here, the forward did that.
-  runtime::Bindings b = bindings(inputs, exe, step);
-  for (size_t i = 0; i < head_grads.size(); ++i) b.emplace(st.head_grads[i], head_grads[i]);
-  std::vector<runtime::Tensor> result = exe.run(b);
+  runtime::Bindings heads;
+  for (size_t i = 0; i < head_grads.size(); ++i) heads.emplace(st.head_grads[i], head_grads[i]);
+  std::vector<runtime::Tensor> gradients;
+  if (kept && kept->exe == &exe && kept->key == kept_key(inputs, bw.moving_stat_inputs, step)) {
+    // The forward's values, kept by run: the backward half only.
+    gradients = exe.run_backward(std::move(kept->pass), heads);
+    ++stats_.kept_backwards;
+  } else {
+    // Forward and backward together: the forward's values were not kept (another form, a
+    // plan that cannot stop between the halves) or belong to another forward.
+    runtime::Bindings b = bindings(inputs, exe, step);
+    b.merge(heads);
+    std::vector<runtime::Tensor> result = exe.run(b);
+    gradients.assign(result.begin() + static_cast<std::ptrdiff_t>(st.forward_outputs), result.end());
+  }
 
   std::vector<bool> written(inputs.size(), false);
   for (size_t j = 0; j < st.gradient_of.size(); ++j) {
     auto pos = std::find(input_names_.begin(), input_names_.end(), st.gradient_of[j]);
     if (pos == input_names_.end()) continue;
     const size_t i = static_cast<size_t>(pos - input_names_.begin());
-    const runtime::Tensor& grad = result.at(st.forward_outputs + j);
+    const runtime::Tensor& grad = gradients.at(j);
     if (grad.type() != input_grads[i].type())
       throw Error(fmt::format("MXNet region '{}': the gradient of '{}' is {}, MXNet expects {}", name_,
                               st.gradient_of[j], ir::type_str(grad.type()), ir::type_str(input_grads[i].type())));

@@ -22,8 +22,10 @@
 // normalizes with batch statistics and writes the new moving mean and variance into
 // MXNet's aux arrays (inputs MXNet declares mutable for a subgraph operator), and Dropout
 // drops with Philox masks keyed by a step the caller draws per forward and hands to the
-// matching backward, so that backward, which computes the forward again, uses the mask the
-// forward used.
+// matching backward, so that a backward that computes the forward again uses the masks the
+// forward used. A training forward normally keeps its values for backward instead: it runs
+// as the first half of the backward executable (Executable::run_forward), and the operator
+// state holds that half's memory until MXNet calls backward on it.
 #pragma once
 
 #include "engine/execution/executor.h"
@@ -60,6 +62,21 @@ constexpr uint32_t kDropoutSteps = uint32_t{1} << 24;
 struct RegionStats {
   int compilations = 0;        // signatures compiled so far
   int constant_refreshes = 0;  // runs that recomputed the weight constants after the first
+  int kept_forwards = 0;       // training forwards that kept their values for backward
+  int kept_backwards = 0;      // backwards that ran on a kept forward (the rest computed it again)
+};
+
+// A training forward's values, kept by Region::run for the backward of the same call (the
+// operator state holds it between MXNet's forward and backward calls).
+struct KeptForward {
+  struct Key {
+    std::vector<std::pair<const void*, uint64_t>> inputs;  // buffer and version, moving statistics aside
+    uint32_t step = 0;                                     // the Dropout step
+    bool operator==(const Key&) const = default;
+  };
+  const engine::Executable* exe = nullptr;  // the backward executable that ran the forward half
+  Key key;
+  engine::ForwardPass pass;
 };
 
 class Region {
@@ -83,18 +100,25 @@ class Region {
   // Training form: the moving statistics of each BatchNorm are also written into its aux
   // inputs (in place, in MXNet's memory), and Dropout draws its masks for `step` (below
   // kDropoutSteps; ignored without a Dropout or in the other forms).
-  void run(const std::vector<RegionInput>& inputs, std::vector<runtime::Tensor>& outputs, uint32_t step = 0);
+  // `keep` (training form): the forward runs as the first half of the backward executable
+  // (Executable::run_forward) and its values go into *keep for backward, which then runs
+  // only the second half; *keep is reset first, and stays empty where the plan cannot be
+  // split (the forward executable runs then, as without `keep`).
+  void run(const std::vector<RegionInput>& inputs, std::vector<runtime::Tensor>& outputs, uint32_t step = 0,
+           std::unique_ptr<KeptForward>* keep = nullptr);
 
   // Backward (autograd): writes into `input_grads` (one per input, in input_names() order)
   // the gradients of the region's outputs, given their head gradients `head_grads`, taken
-  // at `inputs`. Inputs that get no gradient (aux states, integer inputs) get zeros. The
-  // backward executable computes the forward again (the forward call's values are not kept
-  // between MXNet's two calls): in the region's form, with the Dropout masks of `step`,
-  // which must be the step of the forward these gradients belong to. A region of unknown
-  // form whose two forms differ (BatchNorm with batch statistics, Dropout) throws here
-  // rather than give gradients of another function than MXNet's.
+  // at `inputs`. Inputs that get no gradient (aux states, integer inputs) get zeros. With
+  // `kept` from the run of these inputs (same buffers and versions, same step), only the
+  // backward half runs, on the forward's values; otherwise the backward executable computes
+  // the forward again: in the region's form, with the Dropout masks of `step`, which must
+  // be the step of the forward these gradients belong to. A region of unknown form whose
+  // two forms differ (BatchNorm with batch statistics, Dropout) throws here rather than
+  // give gradients of another function than MXNet's.
   void backward(const std::vector<RegionInput>& inputs, const std::vector<runtime::Tensor>& head_grads,
-                std::vector<runtime::Tensor>& input_grads, uint32_t step = 0);
+                std::vector<runtime::Tensor>& input_grads, uint32_t step = 0,
+                std::unique_ptr<KeptForward> kept = nullptr);
 
   RegionStats stats() const;
 
@@ -107,11 +131,18 @@ class Region {
     // training_mode's order) is written into.
     std::vector<size_t> moving_stat_inputs;
   };
+  struct Backward {
+    std::unique_ptr<engine::Executable> exe;
+    std::vector<size_t> moving_stat_inputs;  // training form: as Compiled's, for its forward outputs
+  };
   using Signature = std::vector<std::pair<int, std::vector<int64_t>>>;
   static Signature signature_of(const std::vector<RegionInput>& inputs);
+  static KeptForward::Key kept_key(const std::vector<RegionInput>& inputs, const std::vector<size_t>& moving_stats,
+                                   uint32_t step);
   ir::Graph import_for(const std::vector<RegionInput>& inputs) const;
+  std::vector<size_t> moving_stat_inputs_of(const ir::Graph& g) const;
   Compiled& compiled_for(const std::vector<RegionInput>& inputs);
-  const engine::Executable& backward_for(const std::vector<RegionInput>& inputs);
+  Backward& backward_for(const std::vector<RegionInput>& inputs);
   engine::ExecutorOptions options() const;
   runtime::Bindings bindings(const std::vector<RegionInput>& inputs, const engine::Executable& exe,
                              uint32_t step) const;
@@ -122,7 +153,7 @@ class Region {
   std::vector<std::string> input_names_;
   mutable std::mutex mutex_;
   std::map<Signature, std::unique_ptr<Compiled>> compiled_;
-  std::map<Signature, std::unique_ptr<engine::Executable>> backward_;
+  std::map<Signature, Backward> backward_;
   RegionStats stats_;
 };
 

@@ -143,6 +143,29 @@ def test_batchnorm_net_trains_as_mxnet():
         assert relative_error([stat], [start]) > 1e-2, "training moved the moving statistics"
 
 
+@pytest.mark.parametrize("static", [False, True], ids=["dynamic", "static_alloc"])
+def test_training_backward_runs_on_the_values_its_forward_kept(static, capfd, monkeypatch):
+    """A training forward runs as the first half of the backward executable and keeps its
+    values in the operator state; backward runs the second half only, with the gradients
+    of the test above (MXNet's within 1e-5). Under static_alloc one state serves every
+    call: the kept values are replaced by each forward."""
+    want = train_bn(conv_bn_net, mxnet_alone, (4, 3, 8, 8), steps=2)
+    monkeypatch.setenv("AMPFUSE_MXNET_VERBOSE", "1")
+    capfd.readouterr()
+
+    def partition(net, x):
+        if static:
+            net.hybridize(backend="ampfuse", amp="off", static_alloc=True, static_shape=True)
+        else:
+            net.optimize_for(x, backend="ampfuse", amp="off")
+
+    got = train_bn(conv_bn_net, partition, (4, 3, 8, 8), steps=2)
+    err = capfd.readouterr().err
+    assert "backward ran on the values its forward kept" in err, err
+    assert "backward computed the forward again" not in err, err
+    assert_trains_as_mxnet(want, got, F32_TOLERANCE)
+
+
 def test_moving_statistics_follow_momentum():
     """One training forward updates moving_mean as MXNet does: m * momentum + mean * (1 - m)."""
     rng = np.random.RandomState(5)
