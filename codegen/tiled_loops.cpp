@@ -62,8 +62,8 @@ void KernelEmitter::if_then(Value* cond, const std::function<void()>& then) {
 }
 
 void KernelEmitter::guarded_loop(const char* name, Value* from, Value* to, Value* step,
-                                 const std::function<void(Value*)>& body) {
-  if_then(b_.CreateICmpULT(from, to), [&] { counted_loop(name, from, to, step, body); });
+                                 const std::function<void(Value*)>& body, unsigned vector_width) {
+  if_then(b_.CreateICmpULT(from, to), [&] { counted_loop(name, from, to, step, body, vector_width); });
 }
 
 void KernelEmitter::guarded_loop_value(Value* from, Value* to, const std::function<void(Value*, Value*)>& body) {
@@ -124,8 +124,8 @@ void KernelEmitter::copy_elements(int k, Value* buf, Value* slab_off, Value* r0,
       llvm::LoadInst* v = b_.CreateLoad(elem, b_.CreateInBoundsGEP(elem, base_[k], off));
       tag_access(v, k);
       b_.CreateStore(v, b_.CreateInBoundsGEP(elem, buf, b_.CreateNUWAdd(b_.CreateNUWMul(r, nc), c)));
-    });
-  });
+    }, kScalarLoop);
+  }, kScalarLoop);
 }
 
 // Operand k's block [r0, r0+nr) x [c0, c0+nc) into buf, row-major with row length nc, by
