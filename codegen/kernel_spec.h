@@ -2,8 +2,8 @@
 //
 // A spec is concrete: it has the sizes and strides of one call. What the generated code
 // may depend on is only its KernelSignature (structure, dtypes, rank, which operands are
-// contiguous, broadcast or strided, index width); sizes and strides are run-time
-// arguments. The emitters take a signature, never a spec, so two specs with the same
+// contiguous, broadcast or strided, index width, a staged transpose's tile shape); sizes
+// and strides are run-time arguments. The emitters take a signature, never a spec, so two specs with the same
 // cache_key() can share one compiled kernel by construction.
 #pragma once
 
