@@ -198,12 +198,18 @@ void KernelEmitter::counted_loop(const char* name, Value* from, Value* to, Value
   iv->addIncoming(next, b_.GetInsertBlock());
   llvm::BranchInst* latch = b_.CreateCondBr(b_.CreateICmpULT(next, to), header, after);
   if (vector_width > 0) {
-    llvm::Metadata* width[] = {llvm::MDString::get(ctx_, "llvm.loop.vectorize.width"),
-                               llvm::ConstantAsMetadata::get(b_.getInt32(vector_width))};
     // A width alone, not vectorize.enable: a body LLVM cannot vectorize (a library call)
     // then stays scalar without a "loop not vectorized" warning on stderr.
+    auto hint = [&](const char* name, int value) -> llvm::Metadata* {
+      return llvm::MDNode::get(ctx_, {llvm::MDString::get(ctx_, name), llvm::ConstantAsMetadata::get(b_.getInt32(value))});
+    };
     llvm::TempMDTuple self = llvm::MDNode::getTemporary(ctx_, {});
-    llvm::MDNode* id = llvm::MDNode::getDistinct(ctx_, {self.get(), llvm::MDNode::get(ctx_, width)});
+    std::vector<llvm::Metadata*> ops = {self.get(), hint("llvm.loop.vectorize.width", static_cast<int>(vector_width))};
+    if (vector_width == kScalarLoop) {
+      ops.push_back(hint("llvm.loop.interleave.count", 1));
+      ops.push_back(llvm::MDNode::get(ctx_, {llvm::MDString::get(ctx_, "llvm.loop.unroll.disable")}));
+    }
+    llvm::MDNode* id = llvm::MDNode::getDistinct(ctx_, ops);
     id->replaceOperandWith(0, id);
     latch->setMetadata(llvm::LLVMContext::MD_loop, id);
   }

@@ -86,9 +86,13 @@ class KernelEmitter {
   // body(from, to) only when from < to.
   void guarded_loop_value(Value* from, Value* to, const std::function<void(Value*, Value*)>& body);
   // counted_loop that runs no iteration when from >= to.
-  void guarded_loop(const char* name, Value* from, Value* to, Value* step, const std::function<void(Value*)>& body);
+  void guarded_loop(const char* name, Value* from, Value* to, Value* step, const std::function<void(Value*)>& body,
+                    unsigned vector_width = 0);
   // for (iv = from; iv < to; iv += step) body(iv), for from < to (checked by the caller).
-  // A nonzero vector_width asks the loop vectorizer for that many lanes.
+  // A nonzero vector_width asks the loop vectorizer for that many lanes; kScalarLoop keeps
+  // the loop as written (neither vectorized, interleaved nor unrolled): for short remainder
+  // loops whose vector forms would cost more compile time than they save run time.
+  static constexpr unsigned kScalarLoop = 1;
   void counted_loop(const char* name, Value* from, Value* to, Value* step, const std::function<void(Value*)>& body,
                     unsigned vector_width = 0);
   // Offset of a strided operand's element: `base` plus index * stride for the listed dims.

@@ -198,6 +198,55 @@ void body_key(KeyBuffer& b, const ir::ScalarProgram& p) {
   }
 }
 
+// Which tile shape a staged transpose gets (TileShape), from the spec's two innermost
+// extents and its transposed inputs' column strides.
+void choose_tile(const KernelSpec& spec, KernelSignature& sig) {
+  const int rank = sig.rank;
+  if (rank < 2) return;
+  for (const OperandSignature& o : sig.outputs)
+    if (o.layout != Layout::contiguous) return;  // emit_tiles' interchanged loops
+  std::vector<size_t> transposed;
+  for (size_t k = 0; k < sig.inputs.size(); ++k)
+    if (is_transposed(sig.inputs[k], rank)) transposed.push_back(k);
+  if (transposed.empty()) return;
+  const auto narrow = [](int64_t extent) { return extent >= kNarrowTileMin && extent <= kNarrowTileMax; };
+  const int64_t rows = spec.shape[rank - 2], cols = spec.shape[rank - 1];
+  sig.tile = TileShape::square;
+  if (narrow(cols)) {
+    sig.tile = TileShape::narrow_columns;
+    sig.tile_extent = static_cast<int>(cols);
+    return;
+  }
+  if (!narrow(rows)) return;
+  // Sparse columns of so few rows have no whole tile (element copies, which the square
+  // kernel has too): keyed as square, so that every kernel keyed narrow_rows reads dense.
+  for (size_t k : transposed)
+    if (spec.inputs[k].strides[rank - 1] != rows) return;
+  sig.tile = TileShape::narrow_rows;
+  sig.tile_extent = static_cast<int>(rows);
+}
+
+// "s" (square), "c<K>" (narrow columns) or "r<K>" (narrow rows).
+void tile_key(KeyBuffer& b, const KernelSignature& sig) {
+  switch (sig.tile) {
+    case TileShape::none: return;
+    case TileShape::square: b.push_back('s'); return;
+    case TileShape::narrow_columns: b.push_back('c'); break;
+    case TileShape::narrow_rows: b.push_back('r'); break;
+  }
+  append_digits(b, sig.tile_extent);
+}
+
+std::string tile_name(const KernelSignature& sig) {
+  switch (sig.tile) {
+    case TileShape::none: return "";
+    case TileShape::square: return ", square tiles";
+    case TileShape::narrow_columns: return fmt::format(", narrow-column tiles of {}", sig.tile_extent);
+    case TileShape::narrow_rows: return fmt::format(", narrow-row tiles of {}", sig.tile_extent);
+  }
+  return "";
+}
+
 std::string layout_name(Layout l) {
   switch (l) {
     case Layout::contiguous: return "contiguous";
@@ -208,6 +257,11 @@ std::string layout_name(Layout l) {
 }
 
 }  // namespace
+
+bool is_transposed(const OperandSignature& o, int rank) {
+  return o.layout == Layout::strided && rank >= 2 && o.strides[rank - 1] == StrideClass::general &&
+         o.strides[rank - 2] == StrideClass::unit;
+}
 
 int64_t KernelSpec::num_elements() const { return ir::num_elements(shape); }
 
@@ -293,17 +347,22 @@ KernelSignature signature(const KernelSpec& spec) {
   if (any_strided) {
     sig.rank = static_cast<int>(spec.shape.size());
     sig.wide_index = reach >= kInt32Limit;
+    choose_tile(spec, sig);
   }
   return sig;
 }
 
 std::string KernelSignature::key() const {
-  // "<compute>|r<rank>[w]|p<params>|in <operands>|out <operands>|flags <lists>|<body>"
+  // "<compute>|r<rank>[w][|t<tile>]|p<params>|in <operands>|out <operands>|flags <lists>|<body>"
   KeyBuffer b;
   append(b, ir::dtype_name(compute));
   append(b, "|r");
   append_digits(b, rank);
   if (wide_index) b.push_back('w');
+  if (tile != TileShape::none) {
+    append(b, "|t");
+    tile_key(b, *this);
+  }
   append(b, "|p");
   append_digits(b, num_params);
   append(b, "|in ");
@@ -331,10 +390,10 @@ std::string KernelSignature::key() const {
 
 std::string print_kernel_spec(const KernelSpec& spec) {
   const KernelSignature sig = signature(spec);
-  std::string s = fmt::format("kernel '{}' over {} ({} elements), compute {}, {} parameter(s), {} indexing\n",
+  std::string s = fmt::format("kernel '{}' over {} ({} elements), compute {}, {} parameter(s), {} indexing{}\n",
                               spec.name, ir::shape_str(spec.shape), spec.num_elements(),
                               ir::dtype_name(spec.compute), spec.num_params,
-                              sig.flat() ? "flat" : (sig.wide_index ? "int64" : "int32"));
+                              sig.flat() ? "flat" : (sig.wide_index ? "int64" : "int32"), tile_name(sig));
   auto line = [&](const char* role, const OperandSpec& o, const OperandSignature& os) {
     s += fmt::format("  {} '{}': {} strides [{}] {}\n", role, o.name, ir::dtype_name(o.dtype),
                      fmt::join(o.strides, ","), layout_name(os.layout));

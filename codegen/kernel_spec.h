@@ -2,8 +2,8 @@
 //
 // A spec is concrete: it has the sizes and strides of one call. What the generated code
 // may depend on is only its KernelSignature (structure, dtypes, rank, which operands are
-// contiguous, broadcast or strided, index width); sizes and strides are run-time
-// arguments. The emitters take a signature, never a spec, so two specs with the same
+// contiguous, broadcast or strided, index width, a staged transpose's tile shape); sizes
+// and strides are run-time arguments. The emitters take a signature, never a spec, so two specs with the same
 // cache_key() can share one compiled kernel by construction.
 #pragma once
 
@@ -57,7 +57,8 @@ struct KernelSpec {
   // Structure without sizes: equal keys mean one compiled kernel serves both specs. Stride
   // classes are taken by value, so a batch of one keeps the key of a larger batch; only an
   // extent of 1 that makes a strided operand contiguous (or a transpose a copy) changes it,
-  // for a faster kernel. Throws like validate().
+  // for a faster kernel, and a staged transpose's two innermost extents where they are
+  // narrow (TileShape). Throws like validate().
   std::string cache_key() const;
 };
 
@@ -90,6 +91,24 @@ struct OperandSignature {
   std::vector<StrideClass> strides;  // rank entries when strided, else empty
 };
 
+// Unit stride along the rows (dimension rank-2) and a general one along the columns
+// (rank-1): read against the outputs' order, what the tiles of codegen/tiled_loops.cpp take.
+bool is_transposed(const OperandSignature& o, int rank);
+
+// The tile shape a staged transpose (a transposed input, every output contiguous:
+// codegen/tiled_loops.cpp) is compiled for. Each shape is its own code, and carrying them
+// all made such a kernel ~7x slower to compile, so the shape is part of the signature: it
+// follows from the extents of the two innermost dimensions only through whether they are
+// narrow (2..4), so a batch or image size keeps the key (an H*W of 2..4 aside).
+enum class TileShape : uint8_t {
+  none,            // no staged transpose
+  square,          // V x V tiles, element copies for what they do not cover
+  narrow_columns,  // the last extent is tile_extent (NCHW -> NHWC with C = 3)
+  narrow_rows,     // extent rank-2 is tile_extent and every transposed input's columns are
+                   // dense (column stride tile_extent: NHWC -> NCHW with C = 3)
+};
+inline constexpr int64_t kNarrowTileMin = 2, kNarrowTileMax = 4;
+
 // Everything the generated code depends on. Equal signatures give identical code.
 struct KernelSignature {
   int rank = 0;  // 0 unless some operand is strided: flat loops do not care about rank
@@ -100,6 +119,8 @@ struct KernelSignature {
   std::vector<std::vector<int>> flags;  // operand lists
   // Offsets need int64 (some extent or offset can pass 2^31); else int32 arithmetic.
   bool wide_index = false;
+  TileShape tile = TileShape::none;
+  int tile_extent = 0;  // the narrow tiles' rows or columns, else 0
 
   bool flat() const { return rank == 0; }  // every operand contiguous or scalar
   std::string key() const;

@@ -128,12 +128,8 @@ void KernelEmitter::emit_strided() {
 // Measured on the cast + NCHW->NHWC benchmark: 1.7x faster for C = 64, 2x for C = 3.
 bool KernelEmitter::wants_tiles() const {
   if (sig_.rank < 2) return false;
-  for (int k = 0; k < num_operands(); ++k) {
-    const OperandSignature& o = operand(k);
-    if (o.layout == Layout::strided && o.strides[sig_.rank - 1] == StrideClass::general &&
-        o.strides[sig_.rank - 2] == StrideClass::unit)
-      return true;
-  }
+  for (int k = 0; k < num_operands(); ++k)
+    if (is_transposed(k)) return true;
   return false;
 }
 

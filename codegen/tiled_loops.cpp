@@ -14,8 +14,10 @@
 //                 interleaved into one vector of V*K in output order;
 //   narrow rows   a block of K = 2..4 rows with dense columns (NHWC -> NCHW with C = 3):
 //                 one load of V*K elements split into K vectors of V;
-// whatever no whole tile covers is copied element by element. Other strided inputs (a
-// broadcast bias) are copied into a buffer of their own by a plain loop.
+// whatever no whole tile covers is copied element by element. A kernel carries one of the
+// shapes, the one its signature names (codegen::TileShape, from the extents it was compiled
+// for): all of them made it about 7x slower to compile. Other strided inputs (a broadcast
+// bias) are copied into a buffer of their own by a plain loop.
 #include "codegen/kernel_emitter.h"
 #include "codegen/dtype_lowering.h"
 #include "codegen/llvm_target.h"
@@ -26,8 +28,6 @@ namespace ampfuse::codegen::detail {
 
 namespace {
 
-// Narrow shapes get their own interleaving code for these counts of rows or columns.
-constexpr int64_t kNarrowMin = 2, kNarrowMax = 4;
 // How far ahead along a column the square and narrow-column tiles prefetch: four blocks of
 // 64 f32 rows (2048 measured no different).
 constexpr int64_t kPrefetchBytes = 1024;
@@ -49,11 +49,7 @@ bool KernelEmitter::stages_tiles() const {
   return true;
 }
 
-bool KernelEmitter::is_transposed(int k) const {
-  const OperandSignature& o = operand(k);
-  return o.layout == Layout::strided && o.strides[sig_.rank - 1] == StrideClass::general &&
-         o.strides[sig_.rank - 2] == StrideClass::unit;
-}
+bool KernelEmitter::is_transposed(int k) const { return codegen::is_transposed(operand(k), sig_.rank); }
 
 void KernelEmitter::if_then(Value* cond, const std::function<void()>& then) {
   llvm::BasicBlock* yes = llvm::BasicBlock::Create(ctx_, "then", fn_);
@@ -66,8 +62,8 @@ void KernelEmitter::if_then(Value* cond, const std::function<void()>& then) {
 }
 
 void KernelEmitter::guarded_loop(const char* name, Value* from, Value* to, Value* step,
-                                 const std::function<void(Value*)>& body) {
-  if_then(b_.CreateICmpULT(from, to), [&] { counted_loop(name, from, to, step, body); });
+                                 const std::function<void(Value*)>& body, unsigned vector_width) {
+  if_then(b_.CreateICmpULT(from, to), [&] { counted_loop(name, from, to, step, body, vector_width); });
 }
 
 void KernelEmitter::guarded_loop_value(Value* from, Value* to, const std::function<void(Value*, Value*)>& body) {
@@ -128,35 +124,43 @@ void KernelEmitter::copy_elements(int k, Value* buf, Value* slab_off, Value* r0,
       llvm::LoadInst* v = b_.CreateLoad(elem, b_.CreateInBoundsGEP(elem, base_[k], off));
       tag_access(v, k);
       b_.CreateStore(v, b_.CreateInBoundsGEP(elem, buf, b_.CreateNUWAdd(b_.CreateNUWMul(r, nc), c)));
-    });
-  });
+    }, kScalarLoop);
+  }, kScalarLoop);
 }
 
-// Operand k's block [r0, r0+nr) x [c0, c0+nc) into buf, row-major with row length nc.
+// Operand k's block [r0, r0+nr) x [c0, c0+nc) into buf, row-major with row length nc, by
+// the kernel's tile shape (sig_.tile: each kernel carries only its own). A block the shape
+// does not fit (the rows of a slab split between threads) is copied element by element.
 void KernelEmitter::stage_transposed(int k, Value* buf, Value* slab_off, Value* r0, Value* nr, Value* c0, Value* nc) {
   llvm::Type* elem = storage_type(ctx_, operand(k).dtype);
   const int64_t V = tile_lanes();
+  const int64_t K = sig_.tile_extent;
   Value* zero = b_.getInt64(0);
   Value* v = b_.getInt64(V);
   auto store_at = [&](Value* value, Value* at) {
     b_.CreateAlignedStore(value, b_.CreateInBoundsGEP(elem, buf, at), llvm::Align(1));
   };
-  llvm::BasicBlock* done = llvm::BasicBlock::Create(ctx_, "staged", fn_);
-  auto next_case = [&](Value* cond, const std::function<void()>& body) {
-    llvm::BasicBlock* yes = llvm::BasicBlock::Create(ctx_, "tile.case", fn_);
-    llvm::BasicBlock* no = llvm::BasicBlock::Create(ctx_, "tile.next", fn_);
-    b_.CreateCondBr(cond, yes, no);
+  // The narrow tile when `fits`, else the whole block element by element.
+  auto narrow_or_copy = [&](Value* fits, const std::function<void()>& tile) {
+    llvm::BasicBlock* yes = llvm::BasicBlock::Create(ctx_, "tile.narrow", fn_);
+    llvm::BasicBlock* no = llvm::BasicBlock::Create(ctx_, "tile.copy", fn_);
+    llvm::BasicBlock* done = llvm::BasicBlock::Create(ctx_, "staged", fn_);
+    b_.CreateCondBr(fits, yes, no);
     b_.SetInsertPoint(yes);
-    body();
+    tile();
     b_.CreateBr(done);
     b_.SetInsertPoint(no);
+    copy_elements(k, buf, slab_off, r0, c0, nc, zero, nr, zero, nc);
+    b_.CreateBr(done);
+    b_.SetInsertPoint(done);
   };
   Value* nr_full = b_.CreateAnd(nr, b_.getInt64(-V));
   Value* nc_full = b_.CreateAnd(nc, b_.getInt64(-V));
 
-  // Narrow columns: K vectors of V rows -> one vector [row][col].
-  for (int64_t K = kNarrowMin; K <= kNarrowMax && K < V; ++K) {
-    next_case(b_.CreateICmpEQ(nc, b_.getInt64(K)), [&] {
+  // Narrow columns: K vectors of V rows -> one vector [row][col]. (K >= V, 4-lane tiles,
+  // takes the square tiles.)
+  if (sig_.tile == TileShape::narrow_columns && K < V) {
+    narrow_or_copy(b_.CreateICmpEQ(nc, b_.getInt64(K)), [&] {
       guarded_loop("tile.rows", zero, nr_full, v, [&](Value* r) {
         Value* tile = load_tile(k, slab_off, b_.CreateNUWAdd(r0, r), c0, V, K, true);
         llvm::SmallVector<int, 64> mask;
@@ -166,14 +170,14 @@ void KernelEmitter::stage_transposed(int k, Value* buf, Value* slab_off, Value* 
       });
       copy_elements(k, buf, slab_off, r0, c0, nc, nr_full, nr, zero, nc);
     });
+    return;
   }
   // Narrow rows with dense columns (stride K: an NHWC tensor's pixels): one load of V*K
-  // elements split into K vectors of V, one per row. Sparse columns of so few rows take the
-  // element copies below (loaded K at a time, LLVM scalarizes them anyway).
-  Value* col_stride = strides_[k][sig_.rank - 1];
-  for (int64_t K = kNarrowMin; K <= kNarrowMax && K < V; ++K) {
-    Value* dense = b_.CreateICmpEQ(col_stride, llvm::ConstantInt::get(index_type_, K));
-    next_case(b_.CreateAnd(b_.CreateICmpEQ(nr, b_.getInt64(K)), dense), [&] {
+  // elements split into K vectors of V, one per row. The signature keys this shape only
+  // for dense columns; the check keeps a kernel right whatever strides it is called with.
+  if (sig_.tile == TileShape::narrow_rows && K < V) {
+    Value* dense = b_.CreateICmpEQ(strides_[k][sig_.rank - 1], llvm::ConstantInt::get(index_type_, K));
+    narrow_or_copy(b_.CreateAnd(b_.CreateICmpEQ(nr, b_.getInt64(K)), dense), [&] {
       guarded_loop("tile.cols", zero, nc_full, v, [&](Value* c) {
         Value* tile = load_tile(k, slab_off, r0, b_.CreateNUWAdd(c0, c), K * V, 1, false);
         for (int64_t i = 0; i < K; ++i) {
@@ -184,6 +188,7 @@ void KernelEmitter::stage_transposed(int k, Value* buf, Value* slab_off, Value* 
       });
       copy_elements(k, buf, slab_off, r0, c0, nc, zero, nr, nc_full, nc);
     });
+    return;
   }
   // Square V x V tiles: log2(V) rounds of zipping vector i with vector i + V/2 transpose
   // V column vectors into V row vectors.
@@ -215,8 +220,6 @@ void KernelEmitter::stage_transposed(int k, Value* buf, Value* slab_off, Value* 
   });
   copy_elements(k, buf, slab_off, r0, c0, nc, nr_full, nr, zero, nc);
   copy_elements(k, buf, slab_off, r0, c0, nc, zero, nr_full, nc_full, nc);
-  b_.CreateBr(done);
-  b_.SetInsertPoint(done);
 }
 
 // [begin, end) is a whole number of rows (of `cols` elements), not necessarily of slabs: with

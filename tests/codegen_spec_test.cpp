@@ -113,7 +113,10 @@ TEST(CodegenSpec, StridedOperandsRecordTheirStrideClasses) {
 
 TEST(CodegenSpec, CacheKeyIgnoresSizes) {
   EXPECT_EQ(add_spec({2, 3}).cache_key(), add_spec({64, 1000}).cache_key());
-  EXPECT_EQ(nchw_to_nhwc(1, 3, 224, 224).cache_key(), nchw_to_nhwc(32, 64, 7, 9).cache_key());
+  // A transpose's channels only where they choose its tiles (narrow 2..4: their own key).
+  EXPECT_EQ(nchw_to_nhwc(1, 3, 224, 224).cache_key(), nchw_to_nhwc(32, 3, 7, 9).cache_key());
+  EXPECT_EQ(nchw_to_nhwc(1, 64, 224, 224).cache_key(), nchw_to_nhwc(32, 67, 7, 9).cache_key());
+  EXPECT_NE(nchw_to_nhwc(1, 3, 224, 224).cache_key(), nchw_to_nhwc(1, 64, 224, 224).cache_key());
   KernelSpec small = add_spec({8, 16}), large = add_spec({128, 16});
   small.inputs[1].strides = large.inputs[1].strides = {0, 1};  // a row broadcast down the batch
   EXPECT_EQ(small.cache_key(), large.cache_key());
@@ -187,8 +190,15 @@ std::string reference_key(const codegen::KernelSignature& s) {
     body += ';';
   }
   body += fmt::format("=>{}", fmt::join(s.body.results, ","));
-  return fmt::format("{}|r{}{}|p{}|in {}|out {}|flags {}|{}", ir::dtype_name(s.compute), s.rank,
-                     s.wide_index ? "w" : "", s.num_params, fmt::join(in, " "), fmt::join(out, " "),
+  std::string tile;
+  switch (s.tile) {
+    case codegen::TileShape::none: break;
+    case codegen::TileShape::square: tile = "|ts"; break;
+    case codegen::TileShape::narrow_columns: tile = fmt::format("|tc{}", s.tile_extent); break;
+    case codegen::TileShape::narrow_rows: tile = fmt::format("|tr{}", s.tile_extent); break;
+  }
+  return fmt::format("{}|r{}{}{}|p{}|in {}|out {}|flags {}|{}", ir::dtype_name(s.compute), s.rank,
+                     s.wide_index ? "w" : "", tile, s.num_params, fmt::join(in, " "), fmt::join(out, " "),
                      fmt::join(fl, ";"), body);
 }
 
@@ -214,6 +224,8 @@ TEST(CodegenSpec, CacheKeySpellsEveryPieceAsItsFormatWould) {
   // And the plain kernels of the other tests.
   EXPECT_EQ(add_spec({4, 8}).cache_key(), reference_key(codegen::signature(add_spec({4, 8}))));
   EXPECT_EQ(nchw_to_nhwc(1, 3, 5, 7).cache_key(), reference_key(codegen::signature(nchw_to_nhwc(1, 3, 5, 7))));
+  EXPECT_NE(nchw_to_nhwc(1, 3, 5, 7).cache_key().find("|r4|tc3|p0|"), std::string::npos);
+  EXPECT_NE(nchw_to_nhwc(1, 8, 5, 7).cache_key().find("|r4|ts|p0|"), std::string::npos);
 }
 
 TEST(CodegenSpec, CacheKeySeesIndexWidth) {
@@ -230,7 +242,7 @@ TEST(CodegenSpec, PrintedFormShowsOperandsAndBody) {
   KernelSpec s = nchw_to_nhwc(2, 3, 4, 5);
   s.flags = {{"overflow", {0, 1}}};
   EXPECT_FILECHECK(codegen::print_kernel_spec(s), R"(
-CHECK: kernel 'to_nhwc' over [2,4,5,3] (120 elements), compute f32, 0 parameter(s), int32 indexing
+CHECK: kernel 'to_nhwc' over [2,4,5,3] (120 elements), compute f32, 0 parameter(s), int32 indexing, narrow-column tiles of 3
 CHECK-NEXT: in  'x': f32 strides [60,5,1,20] strided
 CHECK-NEXT: out 'y': bf16 strides [60,15,3,1] contiguous
 CHECK-NEXT: flag 'overflow': any non-finite over operands 0, 1

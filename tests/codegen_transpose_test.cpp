@@ -3,6 +3,9 @@
 // against the reference evaluator bit for bit.
 #include "codegen_test_util.h"
 
+#include <set>
+#include <tuple>
+
 namespace ampfuse::testing {
 namespace {
 
@@ -211,6 +214,152 @@ TEST(CodegenTranspose, NonFiniteFlagSeesEveryStagedElement) {
       y.data<float>()[at] = std::numeric_limits<float>::quiet_NaN();
       EXPECT_EQ(run_jit(cache, spec, {&y}).flags[0], 1) << "C = " << c << ", NaN at " << at;
     }
+  }
+}
+
+// NCHW read into [N, H*W, C] and NHWC into [N, C, H*W]: NCHW <-> NHWC as the planner lowers
+// them (coalesce_dimensions merges H and W).
+KernelSpec to_nhwc(int64_t n, int64_t c, int64_t hw, DType in = DType::f32, DType out = DType::bf16) {
+  return cast_spec("to_nhwc", {n, hw, c}, {c * hw, 1, hw}, in, out);
+}
+KernelSpec to_nchw(int64_t n, int64_t c, int64_t hw, DType in = DType::bf16, DType out = DType::f32) {
+  return cast_spec("to_nchw", {n, c, hw}, {hw * c, 1, c}, in, out);
+}
+
+TEST(CodegenTranspose, TileShapeIsKeyedAndOtherSizesAreNot) {
+  using codegen::TileShape;
+  const auto tile = [](const KernelSpec& s) {
+    const codegen::KernelSignature sig = codegen::signature(s);
+    return std::pair(sig.tile, sig.tile_extent);
+  };
+  for (int64_t c : {2, 3, 4}) {
+    EXPECT_EQ(tile(to_nhwc(2, c, 49)), std::pair(TileShape::narrow_columns, static_cast<int>(c))) << "C = " << c;
+    EXPECT_EQ(tile(to_nchw(2, c, 49)), std::pair(TileShape::narrow_rows, static_cast<int>(c))) << "C = " << c;
+  }
+  for (int64_t c : {5, 16, 64, 65}) {
+    EXPECT_EQ(tile(to_nhwc(2, c, 49)), std::pair(TileShape::square, 0)) << "C = " << c;
+    EXPECT_EQ(tile(to_nchw(2, c, 49)), std::pair(TileShape::square, 0)) << "C = " << c;
+  }
+  // An H*W of 2..4 is a narrow count too (of rows NCHW -> NHWC, its columns dense).
+  EXPECT_EQ(tile(to_nhwc(2, 64, 3)), std::pair(TileShape::narrow_rows, 3));
+  EXPECT_EQ(tile(to_nchw(2, 64, 3)), std::pair(TileShape::narrow_columns, 3));
+  // Narrow rows whose columns are not dense (a slice) have no narrow tile: square, which
+  // copies them element by element.
+  EXPECT_EQ(tile(cast_spec("sparse", {3, 40}, {1, 6}, DType::f32, DType::bf16)), std::pair(TileShape::square, 0));
+  EXPECT_EQ(tile(cast_spec("dense", {3, 40}, {1, 3}, DType::f32, DType::bf16)), std::pair(TileShape::narrow_rows, 3));
+  // Not staged: contiguous, a transposed output (interchanged loops), C = 1 (a copy).
+  EXPECT_EQ(tile(cast_spec("copy", {4, 5}, {5, 1}, DType::f32, DType::bf16)).first, TileShape::none);
+  KernelSpec out_transposed = cast_spec("out_t", {4, 5}, {5, 1}, DType::f32, DType::bf16);
+  out_transposed.outputs[0].strides = {1, 4};
+  EXPECT_EQ(tile(out_transposed).first, TileShape::none);
+  EXPECT_EQ(out_transposed.cache_key().find("|t"), std::string::npos) << out_transposed.cache_key();
+  EXPECT_EQ(tile(to_nhwc(2, 1, 49)).first, TileShape::none);
+
+  // One key per tile shape: narrow columns and rows of 2, 3, 4, and square, which serves
+  // both directions (the same strides but for their sizes, so the same code).
+  std::set<std::string> keys;
+  for (int64_t c : {2, 3, 4, 64}) {
+    keys.insert(to_nhwc(2, c, 49, DType::f32, DType::bf16).cache_key());
+    keys.insert(to_nchw(2, c, 49, DType::f32, DType::bf16).cache_key());
+  }
+  EXPECT_EQ(keys.size(), 7u);
+  EXPECT_EQ(to_nhwc(2, 64, 49, DType::f32, DType::bf16).cache_key(), to_nchw(2, 64, 49, DType::f32, DType::bf16).cache_key());
+  // ...and neither the batch nor H*W (past 4) nor a wide C changes it.
+  for (int64_t c : {3, 64}) {
+    EXPECT_EQ(to_nhwc(2, c, 49).cache_key(), to_nhwc(64, c, 50176).cache_key()) << "C = " << c;
+    EXPECT_EQ(to_nhwc(2, c, 49).cache_key(), to_nhwc(5, c, 5).cache_key()) << "C = " << c;
+    EXPECT_EQ(to_nchw(2, c, 49).cache_key(), to_nchw(64, c, 50176).cache_key()) << "C = " << c;
+    EXPECT_EQ(to_nchw(2, c, 49).cache_key(), to_nchw(3, c, 7).cache_key()) << "C = " << c;
+  }
+  EXPECT_EQ(to_nhwc(2, 64, 49).cache_key(), to_nhwc(2, 5, 49).cache_key());
+  EXPECT_EQ(to_nchw(2, 64, 49).cache_key(), to_nchw(2, 65, 49).cache_key());
+  // The planner's path: [N, H, W, C] coalesced to [N, H*W, C] keys as the 3-d spec does.
+  for (int64_t c : {3, 64}) {
+    KernelSpec four = cast_spec("to_nhwc", {8, 5, 7, c}, {c * 35, 7, 1, 35}, DType::f32, DType::bf16);
+    codegen::coalesce_dimensions(four);
+    EXPECT_EQ(four.cache_key(), to_nhwc(2, c, 49).cache_key()) << "C = " << c;
+  }
+}
+
+TEST(CodegenTranspose, EveryTileShapeMatchesReferenceAtOddSizes) {
+  // Both directions, coalesced as the planner does, C and H*W through every tile shape
+  // (narrow 2..4 either way, square) and their remainders; a batch of one is a rank-2
+  // spec whose slab threads split.
+  runtime::KernelCache cache;
+  std::set<std::pair<codegen::TileShape, int>> shapes;
+  for (int64_t n : {1, 3})
+    for (int64_t c : {1, 2, 3, 4, 5, 64, 65})
+      for (int64_t hw : {0, 1, 2, 3, 4, 7, 13, 31, 257}) {
+        for (bool forward : {true, false}) {
+          const DType in = forward ? DType::f32 : DType::bf16, out = forward ? DType::bf16 : DType::f32;
+          KernelSpec spec = forward ? to_nhwc(n, c, hw, in, out) : to_nchw(n, c, hw, in, out);
+          const Tensor x = random_tensor(in, forward ? Shape{n, c, hw} : Shape{n, hw, c},
+                                         static_cast<uint64_t>(n * 100000 + c * 1000 + hw));
+          codegen::coalesce_dimensions(spec);
+          const codegen::KernelSignature sig = codegen::signature(spec);
+          shapes.insert({sig.tile, sig.tile_extent});
+          EXPECT_TRUE(matches_reference(cache, spec, {x}))
+              << (forward ? "NCHW -> NHWC" : "NHWC -> NCHW") << ", N = " << n << ", C = " << c << ", H*W = " << hw;
+        }
+      }
+  for (int k = 2; k <= 4; ++k) {
+    EXPECT_TRUE(shapes.count({codegen::TileShape::narrow_columns, k})) << k;
+    EXPECT_TRUE(shapes.count({codegen::TileShape::narrow_rows, k})) << k;
+  }
+  EXPECT_TRUE(shapes.count({codegen::TileShape::square, 0}));
+}
+
+TEST(CodegenTranspose, OtherTileShapeCompilesItsOwnKernel) {
+  // One cache, C = 64 first: C = 3, 2, 4 must not reuse its kernel (nor each other's), and
+  // must still be right; C = 65 and another batch and H*W do reuse it.
+  runtime::KernelCache cache;
+  for (bool forward : {true, false}) {
+    const auto spec_of = [&](int64_t n, int64_t c, int64_t hw) { return forward ? to_nhwc(n, c, hw) : to_nchw(n, c, hw); };
+    const auto input_of = [&](int64_t n, int64_t c, int64_t hw) {
+      return random_tensor(forward ? DType::f32 : DType::bf16, forward ? Shape{n, c, hw} : Shape{n, hw, c},
+                           static_cast<uint64_t>(c * 7 + hw));
+    };
+    const std::string dir = forward ? "NCHW -> NHWC" : "NHWC -> NCHW";
+    std::set<const runtime::CompiledKernel*> kernels;
+    for (int64_t c : {64, 3, 2, 4}) {
+      const KernelSpec spec = spec_of(2, c, 300);
+      bool compiled = false;
+      kernels.insert(cache.get(spec, &compiled).get());
+      EXPECT_TRUE(compiled) << dir << ", C = " << c;
+      EXPECT_TRUE(matches_reference(cache, spec, {input_of(2, c, 300)})) << dir << ", C = " << c;
+    }
+    EXPECT_EQ(kernels.size(), 4u) << dir;
+    for (auto [n, c, hw] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{{2, 65, 300}, {5, 3, 77}, {3, 4, 1000}}) {
+      const KernelSpec spec = spec_of(n, c, hw);
+      bool compiled = false;  // get() sets it only when it compiles
+      EXPECT_TRUE(kernels.count(cache.get(spec, &compiled).get())) << dir << ", C = " << c;
+      EXPECT_FALSE(compiled) << dir << ", C = " << c;
+      EXPECT_TRUE(matches_reference(cache, spec, {input_of(n, c, hw)})) << dir << ", C = " << c;
+    }
+  }
+}
+
+TEST(CodegenTranspose, NarrowKernelStaysRightForOtherExtents) {
+  // A kernel keyed for one tile shape, called with another's sizes (which its key would
+  // never give it), takes its element copies: slower, never wrong.
+  runtime::KernelCache cache;
+  for (bool forward : {true, false}) {
+    const auto spec_of = [&](int64_t c) { return forward ? to_nhwc(2, c, 61) : to_nchw(2, c, 61); };
+    for (int64_t keyed : {3, 4, 64})
+      for (int64_t c : {2, 3, 5, 64}) {
+        if (c == keyed) continue;
+        const auto kernel = cache.get(spec_of(keyed));
+        const KernelSpec spec = spec_of(c);
+        const Tensor x = random_tensor(forward ? DType::f32 : DType::bf16, forward ? Shape{2, c, 61} : Shape{2, 61, c}, 9);
+        const Tensor dense = gather(x, spec.shape, spec.inputs[0].strides);
+        const Tensor want = run_reference(spec, {&dense})[0];
+        Tensor got = Tensor::zeros({spec.outputs[0].dtype, spec.shape});
+        void* data[] = {const_cast<void*>(x.raw()), got.raw()};
+        std::vector<int32_t> flags;
+        runtime::run_kernel(*kernel, spec, data, {}, flags);
+        EXPECT_TRUE(same_bits(got, want)) << (forward ? "NCHW -> NHWC" : "NHWC -> NCHW") << ", kernel for C = " << keyed
+                                          << " run with C = " << c;
+      }
   }
 }
 
