@@ -165,17 +165,8 @@ void Region::run(const std::vector<RegionInput>& inputs, std::vector<runtime::Te
   if (keep && form_ == RegionForm::training) {
     Backward& bw = backward_for(inputs);
     if (bw.exe->splits_at_head_grads()) {
-      const ir::Graph& g = bw.exe->graph();
-      const size_t n_forward = bw.exe->compile_stats().forward_outputs;
-      if (n_forward != outputs.size() + bw.moving_stat_inputs.size())
-        throw Error(fmt::format("MXNet region '{}': the training graph has {} forward outputs, MXNet expects {}", name_,
-                                n_forward - bw.moving_stat_inputs.size(), outputs.size()));
-      for (size_t i = 0; i < outputs.size(); ++i)
-        if (g.type(g.outputs[i]) != outputs[i].type())
-          throw Error(fmt::format("MXNet region '{}': output {} is {}, MXNet expects {}", name_, i,
-                                  ir::type_str(g.type(g.outputs[i])), ir::type_str(outputs[i].type())));
-      std::vector<runtime::Tensor> all = outputs;
-      for (size_t i : bw.moving_stat_inputs) all.push_back(inputs[i].tensor);
+      std::vector<runtime::Tensor> all = with_moving_stats(*bw.exe, bw.exe->compile_stats().forward_outputs, inputs,
+                                                           outputs, bw.moving_stat_inputs);
       auto kept = std::make_unique<KeptForward>();
       kept->exe = bw.exe.get();
       kept->key = kept_key(inputs, bw.moving_stat_inputs, step);
@@ -198,22 +189,32 @@ void Region::run(const std::vector<RegionInput>& inputs, std::vector<runtime::Te
   }
   c.weight_seen = std::move(seen);
 
-  const runtime::Bindings b = bindings(inputs, c.exe, step);
-  const ir::Graph& g = c.exe.graph();
-  if (g.outputs.size() != outputs.size() + c.moving_stat_inputs.size())
-    throw Error(fmt::format("MXNet region '{}': the graph has {} outputs, MXNet expects {}", name_,
-                            g.outputs.size() - c.moving_stat_inputs.size(), outputs.size()));
-  for (size_t i = 0; i < outputs.size(); ++i)
-    if (g.type(g.outputs[i]) != outputs[i].type())
-      throw Error(fmt::format("MXNet region '{}': output {} is {}, MXNet expects {}", name_, i,
-                              ir::type_str(g.type(g.outputs[i])), ir::type_str(outputs[i].type())));
   // Straight into MXNet's output buffers: the kernels that compute the outputs write them.
   // The new moving statistics go into the aux inputs they replace; run_into computes an
   // output that overlaps a bound variable aside and copies it in after the run, so the old
   // values are read before they are overwritten.
+  std::vector<runtime::Tensor> all =
+      with_moving_stats(c.exe, c.exe.graph().outputs.size(), inputs, outputs, c.moving_stat_inputs);
+  c.exe.run_into(bindings(inputs, c.exe, step), all);
+}
+
+// MXNet's output buffers, checked against the first `forward_outputs` graph outputs of
+// `exe`, followed by the aux inputs the training form's new moving statistics go into.
+std::vector<runtime::Tensor> Region::with_moving_stats(const engine::Executable& exe, size_t forward_outputs,
+                                                       const std::vector<RegionInput>& inputs,
+                                                       const std::vector<runtime::Tensor>& outputs,
+                                                       const std::vector<size_t>& moving_stat_inputs) const {
+  const ir::Graph& g = exe.graph();
+  if (forward_outputs != outputs.size() + moving_stat_inputs.size())
+    throw Error(fmt::format("MXNet region '{}': the graph has {} outputs, MXNet expects {}", name_,
+                            forward_outputs - moving_stat_inputs.size(), outputs.size()));
+  for (size_t i = 0; i < outputs.size(); ++i)
+    if (g.type(g.outputs[i]) != outputs[i].type())
+      throw Error(fmt::format("MXNet region '{}': output {} is {}, MXNet expects {}", name_, i,
+                              ir::type_str(g.type(g.outputs[i])), ir::type_str(outputs[i].type())));
   std::vector<runtime::Tensor> all = outputs;
-  for (size_t i : c.moving_stat_inputs) all.push_back(inputs[i].tensor);
-  c.exe.run_into(b, all);
+  for (size_t i : moving_stat_inputs) all.push_back(inputs[i].tensor);
+  return all;
 }
 
 Region::Backward& Region::backward_for(const std::vector<RegionInput>& inputs) {

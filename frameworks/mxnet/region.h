@@ -141,6 +141,10 @@ class Region {
                                    uint32_t step);
   ir::Graph import_for(const std::vector<RegionInput>& inputs) const;
   std::vector<size_t> moving_stat_inputs_of(const ir::Graph& g) const;
+  std::vector<runtime::Tensor> with_moving_stats(const engine::Executable& exe, size_t forward_outputs,
+                                                 const std::vector<RegionInput>& inputs,
+                                                 const std::vector<runtime::Tensor>& outputs,
+                                                 const std::vector<size_t>& moving_stat_inputs) const;
   Compiled& compiled_for(const std::vector<RegionInput>& inputs);
   Backward& backward_for(const std::vector<RegionInput>& inputs);
   engine::ExecutorOptions options() const;
