@@ -147,34 +147,41 @@ TEST_P(TwoCallBackward, InterleavedPassesKeepTheirOwnValues) {
   }
 }
 
-// No fused kernel stores both a value that depends on a head gradient and one that does
-// not, and no step that reads a head gradient comes before the last forward output.
-TEST_P(TwoCallBackward, KernelsNeverMixTheHalves) {
-  const TwoCallCase& c = GetParam();
-  if (!std::filesystem::exists(models_dir() + "/" + c.file)) GTEST_SKIP() << "no model " << c.file;
-  const Executable exe = compile_case(c, "bf16");
-  const ir::Graph& g = exe.graph();
+// Fused kernels of `plan` that store both a value that depends on a head gradient of
+// `heads` and one that does not, and those that store any dependent value.
+struct KernelHalves {
+  int mixed = 0, backward = 0;
+};
+KernelHalves kernel_halves(const ir::Graph& g, const Plan& plan, const std::vector<std::string>& heads) {
   std::vector<bool> late(g.nodes.size(), false);
-  const std::vector<std::string>& heads = exe.compile_stats().head_grads;
   for (size_t n = 0; n < g.nodes.size(); ++n) {
     const ir::Node& node = g.nodes[n];
     late[n] = node.is_var() ? std::find(heads.begin(), heads.end(), node.name) != heads.end()
                             : std::any_of(node.inputs.begin(), node.inputs.end(), [&](ir::ValueRef v) { return late[v.node]; });
   }
-  int mixed = 0, late_steps = 0;
-  for (const PlanStep& step : exe.plan().steps) {
+  KernelHalves h;
+  for (const PlanStep& step : plan.steps) {
     const auto* k = std::get_if<FusedKernel>(&step);
     if (!k) continue;
     bool any_late = false, any_early = false;
     for (const KernelOperand& o : k->outputs) (late[o.value.node] ? any_late : any_early) = true;
-    mixed += any_late && any_early;
-    late_steps += any_late;
+    h.mixed += any_late && any_early;
+    h.backward += any_late;
   }
-  EXPECT_EQ(mixed, 0);
+  return h;
+}
+
+// No fused kernel stores both halves' values.
+TEST_P(TwoCallBackward, KernelsNeverMixTheHalves) {
+  const TwoCallCase& c = GetParam();
+  if (!std::filesystem::exists(models_dir() + "/" + c.file)) GTEST_SKIP() << "no model " << c.file;
+  const Executable exe = compile_case(c, "bf16");
+  const KernelHalves h = kernel_halves(exe.graph(), exe.plan(), exe.compile_stats().head_grads);
+  EXPECT_EQ(h.mixed, 0);
   if (c.loss_head)
-    EXPECT_EQ(late_steps, 0);  // no head gradient: nothing waits for the second call
+    EXPECT_EQ(h.backward, 0);  // no head gradient: nothing waits for the second call
   else
-    EXPECT_GT(late_steps, 0);  // the check looked at backward kernels
+    EXPECT_GT(h.backward, 0);  // the check looked at backward kernels
 }
 
 std::string case_name(const ::testing::TestParamInfo<TwoCallCase>& info) {
@@ -195,7 +202,7 @@ ir::Graph small_graph() {
     %x = var input : f32[4, 8]
     %w = var param : f32[4, 8]
     %m = elemwise_mul(%x, %w)
-    %t = tanh(%m)
+    %t = relu(%m)
     return %t
   })");
   ir::infer_types(g);
@@ -210,6 +217,22 @@ std::string error_of(F&& f) {
     return e.what();
   }
   return "";
+}
+
+// relu's derivative reads the forward's value and the head gradient under the same map:
+// without PlannerOptions::backward_nodes it joins the forward kernel, which then stores the
+// model's output only once the head gradient is there. lower() keeps it apart.
+TEST(TwoCallBackwardPlan, ElementwiseDerivativeStaysOutOfTheForwardKernel) {
+  ExecutorOptions eo;
+  eo.backward = BackwardOptions{};
+  const Executable exe = Executable::compile(small_graph(), eo);
+  const std::vector<std::string>& heads = exe.compile_stats().head_grads;
+  EXPECT_TRUE(exe.splits_at_head_grads());
+  const KernelHalves apart = kernel_halves(exe.graph(), exe.plan(), heads);
+  EXPECT_EQ(apart.mixed, 0);
+  EXPECT_GT(apart.backward, 0);
+  const KernelHalves joined = kernel_halves(exe.graph(), plan_fusion(exe.graph(), PlannerOptions{}), heads);
+  EXPECT_GT(joined.mixed, 0) << "the graph no longer shows what the separation prevents";
 }
 
 TEST(TwoCallBackwardErrors, NeedsABackwardExecutable) {
