@@ -35,6 +35,9 @@ def make(name):
     if name == "bert_encoder":
         from bert_encoder import BertEncoder
         return BertEncoder()
+    if name == "gluonnlp_bert":
+        from bert_encoder import gluonnlp_bert
+        return gluonnlp_bert()
     import gluoncv
     return gluoncv.model_zoo.get_model(name, pretrained=False)
 
@@ -43,7 +46,7 @@ def inputs(name, batch):
     rng = np.random.RandomState(0)
     if name.startswith("cifar_"):
         return [mx.nd.array(rng.uniform(-1, 1, (batch, 3, 32, 32)))]
-    if name == "bert_encoder":
+    if name in ("bert_encoder", "gluonnlp_bert"):
         return [mx.nd.array(rng.randint(0, 1000, (batch, 32))), mx.nd.array(rng.randint(0, 2, (batch, 32))),
                 mx.nd.array(rng.randint(16, 33, (batch,)))]
     return [mx.nd.array(rng.uniform(-1, 1, (batch, 3, 224, 224)))]
@@ -111,7 +114,7 @@ class TrainingStep:
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--models", default="resnet50_v1b,mobilenetv3_large,bert_encoder")
+    ap.add_argument("--models", default="resnet50_v1b,mobilenetv3_large,gluonnlp_bert,bert_encoder")
     ap.add_argument("--batches", default="1,32")
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--repeat", type=int, default=5)

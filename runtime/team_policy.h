@@ -11,7 +11,8 @@
 // quarter of that time on average, the runs after it go solo: every parallel op on the
 // calling thread, oneDNN primitives made for one thread. Results stay the same bits: fused
 // kernels compute each element alike on any thread, and a oneDNN op whose one-thread
-// primitive sums in another order than its team's (checked once, on a probe input) keeps
+// primitive sums in another order than its team's (checked once, on a probe input; one
+// with a bf16 or f16 output, whose rounding hides such differences, is not probed) keeps
 // its team in solo runs. After a back-off (50 ms, doubling
 // while the probes keep waiting, at most 2 s) one run tries teams again. A run that does
 // not start a team costs nothing here: the readings are taken at its first team.

@@ -39,11 +39,14 @@ TEST(LayoutOptimize, ConvolutionRunsChannelsLastBetweenTwoTransposes) {
   EXPECT_FILECHECK(ir::print_graph(g), R"(
     CHECK: %data_NHWC = transpose(%data) {axes=[0,2,3,1]} : f32[1,8,8,3]
     CHECK-NEXT: %w_NHWC = transpose(%w) {axes=[0,2,3,1]} : f32[4,3,3,3]
-    CHECK-NEXT: %conv = Convolution(%data_NHWC, %w_NHWC)
+    CHECK-NEXT: %conv_NHWC = Convolution(%data_NHWC, %w_NHWC)
     CHECK-SAME: layout="NHWC"
     CHECK-SAME: : f32[1,6,6,4]
-    CHECK-NEXT: %conv_NCHW = transpose(%conv) {axes=[0,3,1,2]} : f32[1,4,6,6]
-    CHECK-NEXT: return %conv_NCHW)");
+    CHECK-NEXT: %conv = transpose(%conv_NHWC) {axes=[0,3,1,2]} : f32[1,4,6,6]
+    CHECK-NEXT: return %conv)");
+  // The output keeps its name (head gradients and saved outputs are named after it): the
+  // transpose back takes it, the channels-last convolution is renamed.
+  EXPECT_EQ(g.output_name(0), "conv_output");
 }
 
 TEST(LayoutOptimize, RegionTakesInBatchNormActivationPoolingAndCasts) {
@@ -72,9 +75,9 @@ TEST(LayoutOptimize, RegionTakesInBatchNormActivationPoolingAndCasts) {
     CHECK-NOT: transpose
     CHECK: %pool = Pooling(%high) {{.*}}layout="NHWC"
     CHECK: %w2_NHWC = transpose(%w2)
-    CHECK-NEXT: %conv2 = Convolution(%pool, %w2_NHWC)
-    CHECK-NEXT: %conv2_NCHW = transpose(%conv2) {axes=[0,3,1,2]}
-    CHECK-NEXT: return %conv2_NCHW)");
+    CHECK-NEXT: %conv2_NHWC = Convolution(%pool, %w2_NHWC)
+    CHECK-NEXT: %conv2 = transpose(%conv2_NHWC) {axes=[0,3,1,2]}
+    CHECK-NEXT: return %conv2)");
   EXPECT_EQ(count_op(g, "transpose"), 4);  // data and output, two weights
 }
 
@@ -94,8 +97,8 @@ TEST(LayoutOptimize, ResidualAddJoinsTheRegion) {
     CHECK: %sum = elemwise_add(%c1, %data_NHWC) : f32[1,6,6,4]
     CHECK-NEXT: %r = relu(%sum) : f32[1,6,6,4]
     CHECK-NOT: NCHW
-    CHECK: %c2_NCHW = transpose(%c2)
-    CHECK-NEXT: return %c2_NCHW)");
+    CHECK: %c2 = transpose(%c2_NHWC)
+    CHECK-NEXT: return %c2)");
   EXPECT_EQ(count_op(g, "transpose"), 4);
 }
 
@@ -137,7 +140,7 @@ TEST(LayoutOptimize, PoolingBeforeAConvolutionJoinsIt) {
     CHECK: %data_NHWC = transpose(%data)
     CHECK-NEXT: %pool = Pooling(%data_NHWC) {{.*}}layout="NHWC"
     CHECK-NOT: transpose(%pool)
-    CHECK: %conv = Convolution(%pool,)");
+    CHECK: %conv_NHWC = Convolution(%pool,)");
 }
 
 TEST(LayoutOptimize, TransposesStayWhereMovingThemWouldAddOne) {

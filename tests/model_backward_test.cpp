@@ -36,6 +36,9 @@ struct BackwardCase {
   double f32_tol, bf16_tol;
   double onednn_tol;  // with oneDNN, f32 and bf16 (see the top of the file)
   bool big;  // too slow for the sanitizer build
+  // The layout of the bf16 run with oneDNN (ExecutorOptions::layout): "auto" (channels-last
+  // here) but where the case says why not.
+  const char* bf16_onednn_layout = "auto";
 };
 
 const BackwardCase kModels[] = {
@@ -46,7 +49,13 @@ const BackwardCase kModels[] = {
     // (0.305 where oneDNN's bf16 convolutions run on AMX, Sapphire Rapids). Under ASan on
     // that CPU it took 279 s, most of CI's sanitizer run: the release build runs it.
     {"vgg_small-mkldnn-test-symbol.json", {{"data", {2, 3, 32, 32}}}, 1e-5, 0.02, 0.35, true},
-    {"resnet152-mxnet-symbolic-symbol.json", {{"data", {1, 3, 32, 32}}}, 1e-5, 0.03, 0.1, true},
+    // Channels-last, oneDNN's bf16 convolutions run natively (AMX, AVX512-BF16) and round
+    // otherwise than the reference's f32-computed ones; over 150 layers that flips ReLU masks
+    // in stage 4 (1x1 maps at this size) and gradients there end up 0.67 away from the
+    // reference's, as far as bf16 itself is from f32 on this input (`run --backward
+    // --save-gradients`, bf16 against f32: 0.669 in either layout). In the model's layout
+    // (oneDNN's NCHW gemm convolutions) it stays within 0.1; f32 covers channels-last (4e-6).
+    {"resnet152-mxnet-symbolic-symbol.json", {{"data", {1, 3, 32, 32}}}, 1e-5, 0.03, 0.1, true, "keep"},
     {"densenet169-imagenet-legacy-symbol.json", {{"data", {1, 3, 32, 32}}}, 1e-5, 0.03, 0.1, true},
     // The feed-forward layers' relu: a pre-activation oneDNN's product puts on the other
     // side of 0 than the reference's passes or stops its whole gradient, as a pooling tie
@@ -92,6 +101,7 @@ TEST_P(ModelBackward, FusedGradientsEqualTheInterpreter) {
     if (std::string(target) == "bf16") {
       eo.amp.emplace();
       eo.amp->target = DType::bf16;
+      if (onednn) eo.layout = m.bf16_onednn_layout;
     }
     const Executable exe = Executable::compile(g, eo);
     const CompileStats& st = exe.compile_stats();

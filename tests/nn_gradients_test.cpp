@@ -19,6 +19,7 @@
 #include "runtime/onednn/onednn_ops.h"
 #include "runtime/reference/reference_kernels.h"
 #include "tests/gradient_check.h"
+#include "tests/output_compare.h"
 #include "tests/test_util.h"
 
 namespace ampfuse {
@@ -518,6 +519,33 @@ TEST(NnGradients, LayoutOptimizedBackwardGraphComputesTheSame) {
     for (int64_t i = 0; i < want[k].size(); ++i)
       ASSERT_NEAR(want[k].get_f64(i), got[k].get_f64(i), 1e-12) << "output " << k << " element " << i;
   }
+}
+
+// The CPU's default layout runs a training compile's convolutions channels-last, and the
+// graph output is then a transpose back: its head gradient keeps the output's name, so the
+// caller binds the same names whatever the layout (a convolution output named after the
+// transpose once asked for 't_NCHW_output_head_grad').
+TEST(NnGradients, HeadGradientsKeepTheOutputNamesInEveryLayout) {
+  const ir::Graph g = ir::parse_graph(R"(graph {
+    %x = var input : f32[2,3,8,8]
+    %w = var param : f32[4,3,3,3]
+    %c = Convolution(%x, %w) {kernel=[3,3], num_filter=4, no_bias=true}
+    %t = tanh(%c)
+    return %t, %c
+  })");
+  std::vector<std::vector<runtime::Tensor>> results;
+  for (const char* layout : {"keep", "nhwc", "auto"}) {
+    SCOPED_TRACE(layout);
+    engine::ExecutorOptions eo;
+    eo.layout = layout;
+    eo.backward = engine::BackwardOptions{};
+    const engine::Executable exe = engine::Executable::compile(g, eo);
+    EXPECT_EQ(exe.compile_stats().head_grads, (std::vector<std::string>{"t_output_head_grad", "c_output_head_grad"}));
+    results.push_back(exe.run(runtime::random_bindings(exe.graph(), 5)));  // values by name
+  }
+  for (size_t r = 1; r < results.size(); ++r)
+    for (size_t k = 0; k < results[0].size(); ++k)
+      EXPECT_LE(relative_error(results[r][k], results[0][k]), 1e-5) << "layout " << r << ", output " << k;
 }
 
 }  // namespace

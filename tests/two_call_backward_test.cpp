@@ -88,10 +88,10 @@ Executable compile_case(const TwoCallCase& c, const char* target) {
 
 class TwoCallBackward : public ::testing::TestWithParam<TwoCallCase> {};
 
-// Every run with teams of threads: with the adaptive choice (runtime/team_policy.h) a run
-// that goes solo on a busy machine gives other bits for some bf16 oneDNN training ops than
-// a team run (seen on a Sapphire Rapids: convolution weight gradients), which is not what
-// this test is about.
+// Every run with teams of threads, so that this test is about the two calls alone: whether
+// a run that goes solo on a busy machine (runtime/team_policy.h) gives a team run's bits is
+// TeamPolicy's tests' question (a bf16 training step's convolution weight gradients once
+// did not, on a Sapphire Rapids: TeamPolicy.SoloRunsOfABf16TrainingStepGiveTheTeamRunsBits).
 class AlwaysTeams {
  public:
   AlwaysTeams() : before_(runtime::set_team_choice(runtime::TeamChoice::always)) {}

@@ -115,8 +115,7 @@ LowerOptions lower_options(const ExecutorOptions& opts, const runtime::DeviceApi
   LowerOptions lo;
   lo.amp = opts.amp;
   if (opts.layout == "auto") {
-    const bool inference = !opts.backward && !opts.training;
-    lo.layout = inference && device.host_addressable() ? "nhwc" : "";
+    lo.layout = device.host_addressable() ? "nhwc" : "";
   } else if (opts.layout != "keep") {
     lo.layout = opts.layout;  // layout_optimize refuses what it does not know
   }

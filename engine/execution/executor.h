@@ -56,10 +56,10 @@ bool strict_from_environment();
 struct ExecutorOptions {
   std::optional<AmpOptions> amp{};  // convert for mixed precision first (engine/lower.h)
   // Where convolution regions run (layout_optimize): "nhwc" channels-last, "keep" the
-  // model's own layout, "auto" (the default) channels-last for an inference compile on the
-  // CPU (no backward, no training form), where oneDNN's channels-last convolutions are
-  // 1.25-3x faster than its NCHW ones (bench/README.md), and the model's layout otherwise.
-  // AmpOptions::layout "nhwc" asks for channels-last too.
+  // model's own layout, "auto" (the default) channels-last on the CPU, where oneDNN's
+  // channels-last convolutions are 1.25-3x faster than its NCHW ones in inference and
+  // training steps run 1.5-3x faster (bench/README.md, "Layouts chosen"), and the model's
+  // layout on a GPU. AmpOptions::layout "nhwc" asks for channels-last too.
   std::string layout = "auto";
   bool fuse = true;               // false: one kernel per fusable op (the unfused path)
   bool use_onednn = true;         // external ops through oneDNN where it supports them

@@ -272,6 +272,34 @@ class Sweep {
   std::map<std::pair<ValueRef, Perm>, ValueRef> cse_;
 };
 
+// The graph's outputs keep the names they had (ir::Graph::output_name: what autodiff names
+// the head gradients after, what `run` reports and saves them as). An output the pass ends
+// with a transpose back to channels-first would be named after that transpose; it takes the
+// name of the node it transposes instead, which is renamed for its layout. (An output of a
+// multi-output node, "N_output1", cannot be named by a one-output transpose and keeps the
+// transpose's name.)
+void keep_output_names(ir::Graph& g, const std::vector<std::string>& before) {
+  std::set<std::string> taken;
+  for (const ir::Node& n : g.nodes) taken.insert(n.name);
+  for (size_t k = 0; k < g.outputs.size(); ++k) {
+    if (g.output_name(k) == before[k] || !before[k].ends_with("_output")) continue;
+    ir::Node& t = g.nodes[g.outputs[k].node];
+    if (t.op != "transpose") continue;
+    const std::string name = before[k].substr(0, before[k].size() - std::string_view("_output").size());
+    const size_t rank = g.type(g.outputs[k]).shape.size();
+    if (taken.count(name)) {
+      auto holder = std::find_if(g.nodes.begin(), g.nodes.end(), [&](const ir::Node& n) { return n.name == name; });
+      std::string renamed = fmt::format("{}_{}", name, ir::nn::layout_name(rank, /*channels_last=*/true));
+      for (int i = 2; taken.count(renamed); ++i) renamed = fmt::format("{}_{}{}", name, ir::nn::layout_name(rank, true), i);
+      holder->name = renamed;
+      taken.insert(renamed);
+    }
+    taken.erase(t.name);
+    t.name = name;
+    taken.insert(name);
+  }
+}
+
 }  // namespace
 
 bool layout_optimize(ir::Graph& g, std::string_view layout) {
@@ -281,6 +309,8 @@ bool layout_optimize(ir::Graph& g, std::string_view layout) {
   // step adds one, so the sweeps settle; the cap is a guard, not a tuning knob.
   infer_if_untyped(g);
   const size_t max_sweeps = g.nodes.size() + 8;
+  std::vector<std::string> output_names;
+  for (size_t k = 0; k < g.outputs.size(); ++k) output_names.push_back(g.output_name(k));
   bool changed = false;
   for (size_t sweep = 0; sweep < max_sweeps; ++sweep) {
     ir::Graph next = Sweep(g).run();
@@ -288,6 +318,7 @@ bool layout_optimize(ir::Graph& g, std::string_view layout) {
     g = std::move(next);
     changed = true;
   }
+  if (changed) keep_output_names(g, output_names);
   return changed;
 }
 

@@ -21,7 +21,8 @@ namespace ampfuse::engine {
 //    equal transposes of one value become one.
 // Regions start only at convolutions: a Pooling or BatchNorm alone keeps its layout (it
 // would cost two transposes for nothing). What the graph computes is unchanged up to the
-// summation order of the channels-last kernels. Returns whether anything changed. Throws
+// summation order of the channels-last kernels, and its outputs keep their names
+// (ir::Graph::output_name). Returns whether anything changed. Throws
 // ampfuse::Error for a layout other than "nhwc".
 bool layout_optimize(ir::Graph& g, std::string_view layout);
 

@@ -1,7 +1,7 @@
 """A BERT-style Transformer encoder in Gluon (the layers of GluonNLP's BERTEncoder: token,
 segment and position embeddings, multi-head self-attention with a valid-length mask,
-GELU feed-forward, post-LayerNorm), written here so that the tests need no GluonNLP, whose
-last MXNet 1.x release does not install beside numpy<1.24 without a compiler."""
+GELU feed-forward, post-LayerNorm) written with Gluon's own layers, and GluonNLP's BERT
+itself (gluonnlp_bert), whose attention is MXNet's fused contrib ops."""
 
 import math
 
@@ -77,3 +77,15 @@ class BertEncoder(nn.HybridBlock):
         for layer in self.layers:
             x = layer(x, mask)
         return x
+
+
+def gluonnlp_bert():
+    """GluonNLP 0.10's BERTModel (a small one: 2 layers, 128 units, 4 heads) with its pooler.
+    Its attention core (_contrib_interleaved_matmul_selfatt_qk / _valatt and the softmax
+    with a valid length) is not in ampfuse's registry: MXNet runs it between ampfuse's
+    regions (the embeddings, projections, feed-forward and LayerNorms)."""
+    import gluonnlp
+    encoder = gluonnlp.model.BERTEncoder(num_layers=2, units=128, hidden_size=512, num_heads=4, max_length=64,
+                                         output_attention=False, output_all_encodings=False)
+    return gluonnlp.model.BERTModel(encoder, vocab_size=1000, token_type_vocab_size=2, units=128, embed_size=128,
+                                    use_pooler=True, use_decoder=False, use_classifier=False)

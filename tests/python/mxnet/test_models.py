@@ -1,5 +1,5 @@
-"""GluonCV networks and a BERT-style encoder with random weights: the ampfuse backend gives
-MXNet's outputs (MXNet alone, MXNET_SUBGRAPH_BACKEND=NONE), within 1e-5 relative in f32 and
+"""GluonCV networks, GluonNLP's BERT and a BERT-style encoder of our own with random weights:
+the ampfuse backend gives MXNet's outputs (MXNet alone, MXNET_SUBGRAPH_BACKEND=NONE), within 1e-5 relative in f32 and
 bf16's tolerance with AMP. Batch 1, small inputs: the whole file stays within the CI budget."""
 
 import mxnet as mx
@@ -15,6 +15,11 @@ gluoncv = pytest.importorskip("gluoncv")
 def bert():
     from bert_encoder import BertEncoder
     return BertEncoder()
+
+
+def gluonnlp_bert():
+    from bert_encoder import gluonnlp_bert
+    return gluonnlp_bert()
 
 
 def bert_inputs():
@@ -33,6 +38,7 @@ MODELS = {
                                                                    pretrained_base=False),
                                lambda: [mx.nd.random.uniform(-1, 1, (1, 3, 224, 224))]),
     "bert_encoder": (bert, bert_inputs),
+    "gluonnlp_bert": (gluonnlp_bert, bert_inputs),
 }
 
 
