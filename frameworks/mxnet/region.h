@@ -12,7 +12,9 @@
 // the executable: what is computed from them alone (their casts to bf16/fp16, folded or
 // reordered convolution weights) is computed once and kept while each weight keeps both its
 // buffer and its version (MXNet's NDArray version, bumped by every write, as by an
-// optimizer step), so an in-place update is seen without comparing any bytes.
+// optimizer step), so an in-place update is seen without comparing any bytes. The aux
+// inputs' versions also grow by one at every call of the region itself (MXNet counts the
+// operator as their writer); that step is expected, not taken for a write.
 //
 // Training (MXNet's is_train): lib_api tells the operator nothing of it (neither Forward's
 // arguments, its OpResource nor its attributes carry MXNet's OpContext::is_train), so the
@@ -126,7 +128,9 @@ class Region {
   struct Compiled {
     engine::Executable exe;
     std::vector<size_t> weight_inputs;  // inputs in param/aux slots: constants to exe
-    std::vector<std::pair<const void*, uint64_t>> weight_seen;  // (buffer, version) last run
+    std::vector<bool> weight_is_aux;    // per weight input: an aux slot (moving statistics)
+    // Per weight input, the (buffer, version) the next run should see if nothing wrote it.
+    std::vector<std::pair<const void*, uint64_t>> weight_expected;
     // Training form: the input each extra graph output (a new moving mean or variance, in
     // training_mode's order) is written into.
     std::vector<size_t> moving_stat_inputs;

@@ -76,6 +76,47 @@ def test_new_batch_size_and_weights_updated_in_place():
         assert relative_error(outputs(net(xb)), outputs(ref(xb))) <= BF16_TOLERANCE
 
 
+def conv_bn():
+    net = nn.HybridSequential()
+    net.add(nn.Conv2D(8, 3, padding=1, in_channels=3), nn.BatchNorm(in_channels=8), nn.Activation("relu"))
+    return net
+
+
+@pytest.mark.parametrize("static", [False, True], ids=["dynamic", "static_alloc"])
+def test_inference_keeps_its_weight_constants_until_a_weight_or_statistic_is_written(static, capfd, monkeypatch):
+    """MXNet counts every call of the subgraph operator as a write of its aux inputs (the
+    moving statistics), so their versions grow by one a call: that alone must not make the
+    region compute its weights' casts, transposes and reorders again (it did, every call),
+    while a real write of a statistic (set_data) must."""
+    x = mx.nd.random.uniform(-1, 1, (2, 3, 6, 6))
+    monkeypatch.setenv("AMPFUSE_MXNET_VERBOSE", "1")
+    net = conv_bn()
+    initialize(net)
+    if static:
+        net.hybridize(backend="ampfuse", amp="bf16", static_alloc=True, static_shape=True)
+    else:
+        net.optimize_for(x, backend="ampfuse", amp="bf16")
+    capfd.readouterr()
+    for _ in range(4):
+        first = outputs(net(x))
+    err = capfd.readouterr().err
+    assert "computed again" not in err, err
+    want = reference(conv_bn, [x])
+    assert relative_error(first, want) <= BF16_TOLERANCE
+
+    stats = [p for name, p in net.collect_params().items() if name.endswith("running_mean")]
+    stats[0].set_data(stats[0].data() + 0.5)
+    got = outputs(net(x))
+    assert "weights written in place, their casts computed again" in capfd.readouterr().err
+    ref = conv_bn()
+    initialize(ref)
+    ref.hybridize()
+    for p_ref, p in zip(ref.collect_params().values(), net.collect_params().values()):
+        p_ref.set_data(p.data())
+    assert relative_error(got, outputs(ref(x))) <= BF16_TOLERANCE
+    assert relative_error(got, first) > 1e-3, "the new moving mean was not used"
+
+
 def test_op_ampfuse_lacks_stays_with_mxnet():
     class WithSort(nn.HybridBlock):
         def __init__(self, **kwargs):
