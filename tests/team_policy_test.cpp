@@ -141,6 +141,22 @@ TEST(TeamPolicy, SoloRunsGiveTheTeamRunsResults) {
   }
 }
 
+// One run with teams, one solo: the same bits in every output.
+void expect_solo_run_gives_the_team_runs_bits(const engine::Executable& exe, const Bindings& vars) {
+  std::vector<Tensor> team, solo;
+  {
+    const ScopedTeamChoice always(TeamChoice::always);
+    team = exe.run(vars);
+  }
+  {
+    const ScopedTeamChoice never(TeamChoice::never);
+    solo = exe.run(vars);
+  }
+  ASSERT_EQ(team.size(), solo.size());
+  for (size_t k = 0; k < team.size(); ++k)
+    EXPECT_EQ(std::memcmp(solo[k].raw(), team[k].raw(), team[k].bytes()), 0) << "output " << k;
+}
+
 // Models whose oneDNN ops sum in another order on one thread (inner products, some
 // convolutions) give the same bits solo as with teams: those ops keep their teams.
 TEST(TeamPolicy, SoloRunsOfARealModelGiveTheTeamRunsBits) {
@@ -153,17 +169,7 @@ TEST(TeamPolicy, SoloRunsOfARealModelGiveTheTeamRunsBits) {
   opts.constant_params = true;
   const engine::Executable exe = engine::Executable::compile(g, opts);
   const Bindings vars = random_bindings(g, 5);
-  std::vector<Tensor> team, solo;
-  {
-    const ScopedTeamChoice always(TeamChoice::always);
-    team = exe.run(vars);
-  }
-  {
-    const ScopedTeamChoice never(TeamChoice::never);
-    solo = exe.run(vars);
-  }
-  for (size_t k = 0; k < team.size(); ++k)
-    EXPECT_EQ(std::memcmp(solo[k].raw(), team[k].raw(), team[k].bytes()), 0) << "output " << k;
+  expect_solo_run_gives_the_team_runs_bits(exe, vars);
 }
 
 // The same for a bf16 training step (the training form, forward and backward): its
@@ -184,18 +190,7 @@ TEST(TeamPolicy, SoloRunsOfABf16TrainingStepGiveTheTeamRunsBits) {
   opts.backward = engine::BackwardOptions{};
   const engine::Executable exe = engine::Executable::compile(g, opts);
   const Bindings vars = random_bindings(exe.graph(), 5);
-  std::vector<Tensor> team, solo;
-  {
-    const ScopedTeamChoice always(TeamChoice::always);
-    team = exe.run(vars);
-  }
-  {
-    const ScopedTeamChoice never(TeamChoice::never);
-    solo = exe.run(vars);
-  }
-  ASSERT_EQ(team.size(), solo.size());
-  for (size_t k = 0; k < team.size(); ++k)
-    EXPECT_EQ(std::memcmp(solo[k].raw(), team[k].raw(), team[k].bytes()), 0) << "output " << k;
+  expect_solo_run_gives_the_team_runs_bits(exe, vars);
 }
 
 int usable_cpus() {
