@@ -189,7 +189,7 @@ def load(symbol_json=None, params=None, *, shapes=None, amp=None, fuse=True, fol
     other options are `ampfuse run`'s: amp (None, "bf16", "fp16"), fuse (--no-fuse),
     fold_bn (--no-fold-bn), device ("cpu", "cuda", "cuda-emulated"), cast_params_offline,
     lp16_ops, fp32_ops, widest_ops, neutral_ops, exclude, cast_narrow, layout (None or "auto":
-    channels-last for inference on the CPU; "nhwc"; "keep");
+    convolution regions channels-last on the CPU, the model's layout on a GPU; "nhwc"; "keep");
     constant_params=False recomputes what depends on the weights on every run."""
     _native()
     o = _options(amp, fuse, fold_bn, device, cast_params_offline, constant_params, seed, lp16_ops, fp32_ops,
