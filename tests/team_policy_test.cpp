@@ -176,7 +176,7 @@ TEST(TeamPolicy, SoloRunsOfARealModelGiveTheTeamRunsBits) {
 // convolution weight gradients are bf16 sums that oneDNN splits otherwise on one thread,
 // and a bf16 output hides most such differences from a probe (one rounding in hundreds
 // differs), so low-precision outputs are never probed (runtime/onednn/onednn_ops.cpp).
-// Before that rule a Sapphire Rapids gave other bits for four weight gradients here.
+// Before that rule solo runs on a Sapphire Rapids gave other bits in six of its outputs.
 TEST(TeamPolicy, SoloRunsOfABf16TrainingStepGiveTheTeamRunsBits) {
   const std::string path = testing::models_dir() + "/cifar_resnet20_v2-gluoncv-symbol.json";
   if (!std::filesystem::exists(path)) GTEST_SKIP() << "no model at " << path;
