@@ -211,6 +211,10 @@ struct Executable::Impl {
   // `head_grads_later`: head-gradient variables stay unbound (run_forward).
   void bind_per_run(RunContext& ctx, const runtime::Bindings& vars, const ConstantSet* cs, std::span<Tensor> into,
                     std::vector<bool>& direct, RunStats& rs, bool head_grads_later = false) const;
+  // Variable node n's bound tensor from `vars`, as value of this run.
+  void bind_variable(ValueTable& t, int32_t n, const runtime::Bindings& vars) const;
+  // The constants for `vars` when this executable keeps any (ExecutorOptions::constant_params).
+  std::shared_ptr<ConstantSet> constants_if_kept(const runtime::Bindings& vars, RunStats& rs) const;
   bool writable_in_place(const Tensor& out, const runtime::Bindings& vars) const;
   void run(const runtime::Bindings& vars, std::span<Tensor> into, std::vector<Tensor>* returned, RunStats* stats) const;
   void release_per_run(RunContext& ctx) const;
@@ -624,13 +628,8 @@ void Executable::Impl::bind_per_run(RunContext& ctx, const runtime::Bindings& va
                                     std::span<Tensor> into, std::vector<bool>& direct, RunStats& rs,
                                     bool head_grads_later) const {
   ValueTable& t = ctx.values;
-  for (int32_t n : variable_nodes) {
-    if (head_grads_later && head_grad_var[n]) continue;
-    const int32_t id = memory.first_value[n];
-    const Tensor& bound = runtime::bound_variable(graph.nodes[n], vars);
-    t.host[id].share_storage(bound);
-    if (!two_spaces) t.dev[id] = address_of(bound);
-  }
+  for (int32_t n : variable_nodes)
+    if (!head_grads_later || !head_grad_var[n]) bind_variable(t, n, vars);
   if (cs) {
     for (int32_t id : constant_values) {
       if (!cs->values.host[id].empty_storage()) t.host[id].share_storage(cs->values.host[id]);
@@ -663,6 +662,19 @@ void Executable::Impl::bind_per_run(RunContext& ctx, const runtime::Bindings& va
     const Tensor& root = t.host[memory.root[v]];
     if (!root.empty_storage()) t.host[v].share_storage(root);
   }
+}
+
+void Executable::Impl::bind_variable(ValueTable& t, int32_t n, const runtime::Bindings& vars) const {
+  const int32_t id = memory.first_value[n];
+  const Tensor& bound = runtime::bound_variable(graph.nodes[n], vars);
+  t.host[id].share_storage(bound);
+  if (!two_spaces) t.dev[id] = address_of(bound);
+}
+
+std::shared_ptr<Executable::Impl::ConstantSet> Executable::Impl::constants_if_kept(const runtime::Bindings& vars,
+                                                                                  RunStats& rs) const {
+  if (!opts.constant_params || (constant_vars.empty() && constant_values.empty())) return nullptr;
+  return constants_for(vars, rs);
 }
 
 // A caller's output buffer the plan can compute in: dense (kernels write row-major) and
@@ -869,8 +881,7 @@ void Executable::Impl::run(const runtime::Bindings& vars, std::span<Tensor> into
   } held{*this, take_context(rs)};
   RunContext& ctx = *held.ctx;
 
-  std::shared_ptr<const ConstantSet> cs;
-  if (opts.constant_params && (!constant_vars.empty() || !constant_values.empty())) cs = constants_for(vars, rs);
+  const std::shared_ptr<const ConstantSet> cs = constants_if_kept(vars, rs);
   std::vector<bool> direct(into.size(), false);
   bind_per_run(ctx, vars, cs.get(), into, direct, rs);
   if (cs) rs.nonfinite = cs->nonfinite;
@@ -939,8 +950,7 @@ ForwardPass Executable::run_forward(const runtime::Bindings& vars, std::span<Ten
   ForwardPass::State& p = *pass.state_;
   p.im = &im;
   p.ctx = im.take_context(rs);
-  if (im.opts.constant_params && (!im.constant_vars.empty() || !im.constant_values.empty()))
-    p.cs = im.constants_for(vars, rs);
+  p.cs = im.constants_if_kept(vars, rs);
   std::vector<bool> direct;
   im.bind_per_run(*p.ctx, vars, p.cs.get(), {}, direct, rs, /*head_grads_later=*/true);
   im.clear_flags(*p.ctx);
@@ -968,13 +978,8 @@ std::vector<Tensor> Executable::run_backward(ForwardPass pass, const runtime::Bi
   rs.solo = teams.solo();
   ForwardPass::State& p = *pass.state_;
   ValueTable& t = p.ctx->values;
-  for (int32_t n : im.variable_nodes) {
-    if (!im.head_grad_var[n]) continue;
-    const int32_t id = im.memory.first_value[n];
-    const Tensor& bound = runtime::bound_variable(im.graph.nodes[n], head_grads);
-    t.host[id].share_storage(bound);
-    t.dev[id] = address_of(bound);
-  }
+  for (int32_t n : im.variable_nodes)
+    if (im.head_grad_var[n]) im.bind_variable(t, n, head_grads);
   im.run_steps(*p.ctx, p.cs.get(), static_cast<size_t>(im.forward_steps), im.plan.steps.size(), rs);
   // The flags were cleared before the forward steps: they cover the whole run.
   rs.nonfinite = im.any_flag(*p.ctx) || (p.cs && p.cs->nonfinite);

@@ -58,7 +58,7 @@ struct ExecutorOptions {
   // Where convolution regions run (layout_optimize): "nhwc" channels-last, "keep" the
   // model's own layout, "auto" (the default) channels-last on the CPU, where oneDNN's
   // channels-last convolutions are 1.25-3x faster than its NCHW ones in inference and
-  // training steps run 1.5-3x faster (bench/README.md, "Layouts chosen"), and the model's
+  // training steps 1.3-3.7x faster (bench/README.md, "Layouts chosen"), and the model's
   // layout on a GPU. AmpOptions::layout "nhwc" asks for channels-last too.
   std::string layout = "auto";
   bool fuse = true;               // false: one kernel per fusable op (the unfused path)

@@ -286,11 +286,12 @@ void keep_output_names(ir::Graph& g, const std::vector<std::string>& before) {
     ir::Node& t = g.nodes[g.outputs[k].node];
     if (t.op != "transpose") continue;
     const std::string name = before[k].substr(0, before[k].size() - std::string_view("_output").size());
-    const size_t rank = g.type(g.outputs[k]).shape.size();
     if (taken.count(name)) {
       auto holder = std::find_if(g.nodes.begin(), g.nodes.end(), [&](const ir::Node& n) { return n.name == name; });
-      std::string renamed = fmt::format("{}_{}", name, ir::nn::layout_name(rank, /*channels_last=*/true));
-      for (int i = 2; taken.count(renamed); ++i) renamed = fmt::format("{}_{}{}", name, ir::nn::layout_name(rank, true), i);
+      const size_t rank = g.type(g.outputs[k]).shape.size();
+      const std::string base = fmt::format("{}_{}", name, ir::nn::layout_name(rank, /*channels_last=*/true));
+      std::string renamed = base;
+      for (int i = 2; taken.count(renamed); ++i) renamed = fmt::format("{}{}", base, i);
       holder->name = renamed;
       taken.insert(renamed);
     }

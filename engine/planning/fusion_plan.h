@@ -123,7 +123,7 @@ struct PlannerOptions {
   // with forward ones, and every forward step comes before every backward step, so that the
   // forward steps can run as a pass of their own and the backward ones later, on the values
   // the forward kept (Executable::run_forward / run_backward). Empty: one phase.
-  std::vector<bool> backward_nodes;
+  std::vector<bool> backward_nodes{};
 
   // Kernel size caps. LLVM's time grows with a kernel's body, and faster than linearly: one
   // kernel of 16 tanh took 0.6 s to compile, of 64 tanh 4.2 s, of 400 more than two

@@ -124,7 +124,7 @@ Region::Compiled& Region::compiled_for(const std::vector<RegionInput>& inputs) {
   // reads moving statistics it rewrites every call, and trains weights that change every
   // step: nothing there stays constant long enough to keep.
   eo.constant_params = form_ != RegionForm::training;
-  auto c = std::make_unique<Compiled>(Compiled{engine::Executable::compile(std::move(g), eo), {}, {}, {}, {}});
+  auto c = std::make_unique<Compiled>(Compiled{engine::Executable::compile(std::move(g), eo), {}, {}});
   const ir::Graph& cg = c->exe.graph();
   // Which inputs the executable treats as constants: variables in weight or aux slots.
   std::map<std::string, ir::VarRole> roles;
@@ -133,8 +133,7 @@ Region::Compiled& Region::compiled_for(const std::vector<RegionInput>& inputs) {
   for (size_t i = 0; i < inputs.size(); ++i) {
     auto r = roles.find(input_names_[i]);
     if (r == roles.end() || r->second == ir::VarRole::input || !eo.constant_params) continue;
-    c->weight_inputs.push_back(i);
-    c->weight_is_aux.push_back(r->second == ir::VarRole::aux);
+    c->weights.push_back({.input = i, .aux = r->second == ir::VarRole::aux});
   }
   if (form_ == RegionForm::training) {
     c->moving_stat_inputs = moving_stat_inputs_of(cg);
@@ -184,23 +183,20 @@ void Region::run(const std::vector<RegionInput>& inputs, std::vector<runtime::Te
   // kept casts stale; a new buffer the executable notices by itself. MXNet's engine counts
   // every call of this operator as a write of its aux inputs (a subgraph operator declares
   // the moving statistics mutable), so their versions grow by one a call though the
-  // inference form only reads them: what the next run should see is that, and any other
-  // version is a write of someone else's (set_data, a load). Before this, every call of an
-  // inference region with BatchNorms recomputed its weights' casts, transposes and
-  // oneDNN reorders (resnet50_v1b at batch 1: 23 ms of reorders a call).
-  std::vector<std::pair<const void*, uint64_t>> seen, expected;
-  seen.reserve(c.weight_inputs.size());
-  expected.reserve(c.weight_inputs.size());
-  for (size_t j = 0; j < c.weight_inputs.size(); ++j) {
-    const RegionInput& in = inputs[c.weight_inputs[j]];
-    seen.emplace_back(in.tensor.raw(), in.version);
-    expected.emplace_back(in.tensor.raw(), in.version + (c.weight_is_aux[j] ? 1 : 0));
+  // inference form only reads them: that step is expected, and any other version is a
+  // write of someone else's (set_data, a load). Taken for a write, it made every call
+  // recompute the weights' casts, transposes and oneDNN reorders.
+  bool written = false;
+  for (Compiled::WeightInput& w : c.weights) {
+    const RegionInput& in = inputs[w.input];
+    written |= w.buffer && (in.tensor.raw() != w.buffer || in.version != w.version);
+    w.buffer = in.tensor.raw();
+    w.version = in.version + (w.aux ? 1 : 0);
   }
-  if (!c.weight_expected.empty() && seen != c.weight_expected) {
+  if (written) {
     c.exe.forget_constants();
     ++stats_.constant_refreshes;
   }
-  c.weight_expected = std::move(expected);
 
   // Straight into MXNet's output buffers: the kernels that compute the outputs write them.
   // The new moving statistics go into the aux inputs they replace; run_into computes an

@@ -127,10 +127,15 @@ class Region {
  private:
   struct Compiled {
     engine::Executable exe;
-    std::vector<size_t> weight_inputs;  // inputs in param/aux slots: constants to exe
-    std::vector<bool> weight_is_aux;    // per weight input: an aux slot (moving statistics)
-    // Per weight input, the (buffer, version) the next run should see if nothing wrote it.
-    std::vector<std::pair<const void*, uint64_t>> weight_expected;
+    // The inputs in param/aux slots, constants to exe, with the buffer and version the next
+    // run should see if nothing wrote them (none before the first run).
+    struct WeightInput {
+      size_t input = 0;
+      bool aux = false;  // a moving statistic: MXNet bumps its version at every call (above)
+      const void* buffer = nullptr;
+      uint64_t version = 0;
+    };
+    std::vector<WeightInput> weights;
     // Training form: the input each extra graph output (a new moving mean or variance, in
     // training_mode's order) is written into.
     std::vector<size_t> moving_stat_inputs;

@@ -1,25 +1,17 @@
 """GluonCV networks, GluonNLP's BERT and a BERT-style encoder of our own with random weights:
-the ampfuse backend gives MXNet's outputs (MXNet alone, MXNET_SUBGRAPH_BACKEND=NONE), within 1e-5 relative in f32 and
-bf16's tolerance with AMP. Batch 1, small inputs: the whole file stays within the CI budget."""
+the ampfuse backend gives MXNet's outputs (MXNet alone, MXNET_SUBGRAPH_BACKEND=NONE), within
+1e-5 relative in f32 and bf16's tolerance with AMP. Batch 1, small inputs: the whole file
+stays within the CI budget."""
 
 import mxnet as mx
 import numpy as np
 import pytest
 
+from bert_encoder import BertEncoder, gluonnlp_bert
 from conftest import ampfuse_subgraphs, initialize, outputs, relative_error
 from test_backend import BF16_TOLERANCE, F32_TOLERANCE
 
 gluoncv = pytest.importorskip("gluoncv")
-
-
-def bert():
-    from bert_encoder import BertEncoder
-    return BertEncoder()
-
-
-def gluonnlp_bert():
-    from bert_encoder import gluonnlp_bert
-    return gluonnlp_bert()
 
 
 def bert_inputs():
@@ -37,7 +29,7 @@ MODELS = {
     "yolo3_mobilenet1.0_voc": (lambda: gluoncv.model_zoo.get_model("yolo3_mobilenet1.0_voc", pretrained=False,
                                                                    pretrained_base=False),
                                lambda: [mx.nd.random.uniform(-1, 1, (1, 3, 224, 224))]),
-    "bert_encoder": (bert, bert_inputs),
+    "bert_encoder": (BertEncoder, bert_inputs),
     "gluonnlp_bert": (gluonnlp_bert, bert_inputs),
 }
 
