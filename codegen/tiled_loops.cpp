@@ -264,6 +264,14 @@ void KernelEmitter::emit_staged_tiles() {
   unsigned stream_width = 0;
   for (const OperandSignature& o : sig_.outputs)
     if (ir::dtype_size(o.dtype) == 2 && !calls) stream_width = static_cast<unsigned>(target_vector_bits() / 16);
+  // A stretch's streaming part starts where every output is on a 64-byte line: 16 elements
+  // when the narrowest output is f32, not kStreamAlignElements (the flat kernels' bound for
+  // any dtype). Output rows of H*W = 28*28 or 14*14 are not 64 elements apart, and a
+  // 64-element stretch split at a 64-element boundary ran half its elements in the loops'
+  // scalar remainders (NHWC -> NCHW at H*W = 784 took twice as long as at 3136).
+  size_t narrowest = 8;
+  for (const OperandSignature& o : sig_.outputs) narrowest = std::min(narrowest, ir::dtype_size(o.dtype));
+  const int64_t stream_align = static_cast<int64_t>(kStreamAlignBytes / narrowest);
   Value* first_row = b_.CreateUDiv(begin_, cols);
   Value* last_row = b_.CreateUDiv(end_, cols);
   Value* last_slab = b_.CreateUDiv(b_.CreateAdd(last_row, b_.CreateSub(rows, one)), rows);
@@ -322,7 +330,7 @@ void KernelEmitter::emit_staged_tiles() {
             }, width);
           };
           // With args->streaming (outputs 64-byte aligned and too large to cache), the part
-          // of the stretch from its first 64-element boundary on is its own loop, whose
+          // of the stretch from its first boundary of 64-byte lines on is its own loop, whose
           // vector stores LLVM can prove aligned: mark_streaming_stores makes them
           // non-temporal, as in the flat kernels.
           llvm::BasicBlock* plain = llvm::BasicBlock::Create(ctx_, "stretch.plain", fn_);
@@ -336,8 +344,7 @@ void KernelEmitter::emit_staged_tiles() {
           b_.SetInsertPoint(split);
           for (int k = num_inputs(); k < num_operands(); ++k)
             b_.CreateAlignmentAssumption(module_.getDataLayout(), base_[k], kStreamAlignBytes);
-          Value* boundary = b_.CreateAnd(b_.CreateAdd(out0, b_.getInt64(kStreamAlignElements - 1)),
-                                         b_.getInt64(-kStreamAlignElements));
+          Value* boundary = b_.CreateAnd(b_.CreateAdd(out0, b_.getInt64(stream_align - 1)), b_.getInt64(-stream_align));
           guarded_loop_value(out0, b_.CreateBinaryIntrinsic(llvm::Intrinsic::umin, boundary, out_end),
                              [&](Value* from, Value* to) { elements(from, to, 0); });
           // A 16-bit output narrowed from vectors of the target's width is a truncating

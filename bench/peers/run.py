@@ -27,7 +27,7 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
 sys.path.insert(0, HERE)
-from common import MODELS, REPEAT, TOLERANCE, WARMUP, check  # noqa: E402
+from common import CAST_SHAPES, MODELS, REPEAT, TOLERANCE, WARMUP, check  # noqa: E402
 
 
 def sh(cmd, env=None, **kw):
@@ -97,8 +97,8 @@ def ampfuse_kernels(bench, out_json, env):
         res["c8_%s/ampfuse" % dt] = {"ok": True, "ms": med["BM_C8_Fused/f32:%d" % f32], "memcpy_ms": base}
         res["c8_%s/ampfuse_exec" % dt] = {"ok": True, "ms": med["BM_C8_Executor/f32:%d/into:1" % f32],
                                           "memcpy_ms": base}
-    for c, h in ((64, 128), (3, 512)):
-        res["cast_c%d/ampfuse" % c] = {"ok": True, "ms": med["BM_CastTranspose/C:%d/H:%d/reverse:0" % (c, h)],
+    for c, (_, _, h, w) in CAST_SHAPES.items():
+        res["cast_c%d/ampfuse" % c] = {"ok": True, "ms": med["BM_CastTranspose/C:%d/HW:%d/reverse:0" % (c, h * w)],
                                        "memcpy_ms": med["BM_Memcpy/6"]}
     return res
 
