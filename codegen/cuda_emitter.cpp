@@ -351,7 +351,7 @@ class CudaKernelWriter {
     for (int j = 0; j < sig_.num_params; ++j) params.push_back(fmt::format("const {} p{}", c_, j));
     for (int k = num_inputs(); k < num_operands(); ++k) params.push_back(fmt::format("{}& o{}", type(k), k));
     for (size_t f = 0; f < sig_.flags.size(); ++f) params.push_back(fmt::format("bool& f{}", f));
-    line("// {}", sig_.key());
+    line("// {}", cuda_signature_key(sig_));
     line("__device__ __forceinline__ void {}_element({}) {{", name_, fmt::join(params, ", "));
     for (int k = 0; k < num_inputs(); ++k)
       if (needed_[k]) line("  const {} x{} = {};", c_, k, widen(fmt::format("a{}", k), operand(k).dtype, c_));
@@ -546,9 +546,17 @@ std::string emit_cuda_source(const KernelSignature& sig, const std::string& name
   return src;
 }
 
+std::string cuda_signature_key(const KernelSignature& sig) {
+  if (sig.tile == TileShape::none) return sig.key();
+  KernelSignature untiled = sig;
+  untiled.tile = TileShape::none;
+  untiled.tile_extent = 0;
+  return untiled.key();
+}
+
 std::string cuda_kernel_name(const KernelSignature& sig) {
   uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a
-  for (unsigned char ch : sig.key()) h = (h ^ ch) * 0x100000001b3ull;
+  for (unsigned char ch : cuda_signature_key(sig)) h = (h ^ ch) * 0x100000001b3ull;
   return fmt::format("ampfuse_{:016x}", h);
 }
 

@@ -85,7 +85,7 @@ struct InferContext {
   // cast of a weight whose hint leaves extents open, read by a Convolution): empty
   // otherwise. A cast then gives its input the same shape, as MXNet's shape inference runs
   // both ways through it.
-  std::vector<TensorType> outputs_from_consumers;
+  std::vector<TensorType> outputs_from_consumers = {};
 
   const TensorType& in(size_t i) const;  // throws "input i (name) is unknown" if nullopt
 };

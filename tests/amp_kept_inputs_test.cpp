@@ -41,7 +41,9 @@ TEST(AmpIndexInputs, RegistryDeclaresIdsAndLabels) {
   // Every table index (what random inputs draw below a vocabulary) is an index slot.
   for (const std::string& name : r.names()) {
     const ir::OpDef& def = r.get(name);
-    if (def.table_index) EXPECT_TRUE(def.inputs.at(def.table_index->slot).index) << name;
+    if (def.table_index) {
+      EXPECT_TRUE(def.inputs.at(def.table_index->slot).index) << name;
+    }
   }
 }
 

@@ -172,7 +172,9 @@ TEST(AmpModels, ChannelsLastInF32ThroughTheExecutor) {
   const engine::Executable exe = engine::Executable::compile(g, eo);
   EXPECT_EQ(count_op(exe.graph(), "transpose"), count_op(g, "Convolution") + 2);
   for (const ir::Node& n : exe.graph().nodes)
-    if (n.op == "Convolution") EXPECT_EQ(n.attrs.get_string("layout"), "NHWC") << n.name;
+    if (n.op == "Convolution") {
+      EXPECT_EQ(n.attrs.get_string("layout"), "NHWC") << n.name;
+    }
   const runtime::Bindings vars = runtime::random_bindings(g, 6);
   const auto want = runtime::interpret(g, vars);
   const auto got = exe.run(vars);

@@ -359,6 +359,28 @@ TEST(CudaNvrtc, UnknownArchitecturesGetPtxForTheNewestKnown) {
   EXPECT_NE(std::string(r.binary.data()).find(".entry flat_f32("), std::string::npos);
 }
 
+// The CPU's staged transposes key their tile shape (codegen::TileShape: narrow columns for
+// C = 3, square tiles for C = 64); the CUDA source has no such tiles, so one CUDA kernel
+// (one NVRTC build) serves both.
+TEST(CudaNvrtc, CacheKeyLeavesOutTheCpuTileShape) {
+  auto cast_to_nhwc = [](int64_t c) {
+    codegen::KernelSpec s;
+    s.name = "cast_nhwc";
+    s.shape = {2, 4096, c};
+    s.inputs = {{"x", ir::DType::f32, {c * 4096, 1, 4096}}};
+    s.outputs = {{"y", ir::DType::bf16, codegen::row_major_strides(s.shape)}};
+    ir::ScalarBuilder b(1);
+    s.body = b.finish({b.input(0)});
+    return codegen::signature(s);
+  };
+  const codegen::KernelSignature narrow = cast_to_nhwc(3), square = cast_to_nhwc(64);
+  ASSERT_NE(narrow.key(), square.key());  // two CPU kernels
+  EXPECT_EQ(codegen::emit_cuda_kernel(narrow, "k"), codegen::emit_cuda_kernel(square, "k"));
+  cu::NvrtcOptions o;
+  EXPECT_EQ(cu::cuda_cache_key(narrow, o), cu::cuda_cache_key(square, o));
+  EXPECT_EQ(cu::cuda_cache_key(narrow, o).find("|t"), std::string::npos) << cu::cuda_cache_key(narrow, o);
+}
+
 // Every kernel the differential fuzzer's graphs produce (seeds 1-2000, as the CPU fuzzer;
 // AMPFUSE_FUZZ_GRAPHS=N per shard there means 4N here), deduplicated by signature, built by
 // NVRTC down to CUBIN with ptxas's report, for sm_80 (even units) or sm_90 (odd units): the

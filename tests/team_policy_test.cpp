@@ -128,7 +128,9 @@ TEST(TeamPolicy, SoloRunsGiveTheTeamRunsResults) {
     }
   }
   // The one-thread primitives were made on first need, once.
-  if (ThreadPool::global().threads() > 1) EXPECT_GT(onednn_primitives_created(), primitives);
+  if (ThreadPool::global().threads() > 1) {
+    EXPECT_GT(onednn_primitives_created(), primitives);
+  }
   const ScopedTeamChoice always(TeamChoice::always);
   const std::vector<Tensor> team_again = exe.run(vars, &rs);  // the teams' weight copies untouched
   ASSERT_EQ(team.size(), want.size());

@@ -1,6 +1,7 @@
 // NVRTC compilation (runtime/cuda/nvrtc_compiler.h).
 #include "runtime/cuda/nvrtc_compiler.h"
 
+#include "codegen/cuda_emitter.h"
 #include "ir/error.h"
 
 #include <ampfuse/version.h>
@@ -159,7 +160,8 @@ NvrtcResult nvrtc_compile_cached(const std::string& source, const std::string& p
 
 std::string cuda_cache_key(const codegen::KernelSignature& sig, const NvrtcOptions& opts) {
   const std::vector<std::string> o = nvrtc_options(opts);
-  return fmt::format("cuda|nvrtc {}|sm_{}|{}|{}", nvrtc_version(), opts.arch, fmt::join(o, " "), sig.key());
+  return fmt::format("cuda|nvrtc {}|sm_{}|{}|{}", nvrtc_version(), opts.arch, fmt::join(o, " "),
+                     codegen::cuda_signature_key(sig));
 }
 
 std::vector<PtxasUsage> parse_ptxas_log(const std::string& log) {

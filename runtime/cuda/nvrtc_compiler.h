@@ -57,7 +57,7 @@ NvrtcResult nvrtc_compile(const std::string& source, const std::string& program_
 NvrtcResult nvrtc_compile_cached(const std::string& source, const std::string& program_name, const NvrtcOptions& opts,
                                  const std::string& key, DiskCache* disk, bool* from_disk = nullptr);
 
-// The cache key of a compiled kernel: the signature's key, the NVRTC version, the options
+// The cache key of a compiled kernel: codegen::cuda_signature_key, the NVRTC version, the options
 // and the architecture. Two keys are equal only when the CUBIN would be.
 std::string cuda_cache_key(const codegen::KernelSignature& sig, const NvrtcOptions& opts);
 
