@@ -59,7 +59,9 @@ TEST(CliConvert, OpenHintExtentsNeedNoShape) {
   ASSERT_EQ(run_cli(fmt::format("convert '{}' --shape data=7,3 --amp bf16 -o '{}'", model, with_shape)).status, 0);
   const std::string text = read_text(plain);
   EXPECT_EQ(text, read_text(with_shape));  // --shape changes nothing but what it checks
-  const ir::Graph back = ir::load_mxnet_json_file(plain, {.infer = false});
+  ir::MxnetImportOptions no_inference;
+  no_inference.infer = false;
+  const ir::Graph back = ir::load_mxnet_json_file(plain, no_inference);
   const ir::Node& data = back.nodes.at(static_cast<size_t>(*back.find_var("data")));
   EXPECT_EQ(data.hints.at("__shape__"), "(0, 3)");
   EXPECT_TRUE(data.outputs.empty());
@@ -198,7 +200,9 @@ TEST(CliConvert, AnInputWhoseRankNoOpImpliesIsTriedAtEachRank) {
   const nlohmann::json shaped = nlohmann::json::parse(read_text(dir.file("shaped.json")));
   // The same conversion, but for the hints: data keeps none, the weights keep the file's.
   for (nlohmann::json& n : plain["nodes"])
-    if (n["name"] == "data") EXPECT_FALSE(n.contains("attrs") && n["attrs"].contains("__shape__")) << n;
+    if (n["name"] == "data") {
+      EXPECT_FALSE(n.contains("attrs") && n["attrs"].contains("__shape__")) << n;
+    }
   EXPECT_NE(read_text(dir.file("c.json")).find("\"amp_cast\""), std::string::npos);
   ASSERT_EQ(plain["nodes"].size(), shaped["nodes"].size());
   for (size_t i = 0; i < plain["nodes"].size(); ++i)

@@ -129,8 +129,12 @@ TEST(CodegenTarget, ProcessTargetFollowsAmpfuseCpu) {
   const char* choice = std::getenv(codegen::kTargetCpuVariable);
   EXPECT_EQ(target.choice, choice ? choice : "native");
   EXPECT_EQ(target.cpu, target.choice == "native" ? codegen::detect_host_cpu().name : target.choice);
-  if (target.choice == "x86-64-v3") EXPECT_EQ(codegen::target_vector_bits(), 256);
-  if (target.choice == "x86-64-v4") EXPECT_EQ(codegen::target_vector_bits(), 512);
+  if (target.choice == "x86-64-v3") {
+    EXPECT_EQ(codegen::target_vector_bits(), 256);
+  }
+  if (target.choice == "x86-64-v4") {
+    EXPECT_EQ(codegen::target_vector_bits(), 512);
+  }
 
   runtime::KernelCache cache;
   ScalarBuilder b(1);
