@@ -42,7 +42,7 @@ std::vector<std::string> plan_entries(const std::string& dir) {
   std::vector<std::string> plans;
   for (const auto& e : fs::directory_iterator(dir)) {
     const std::string bytes = read_all(e.path().string());
-    if (bytes.size() > 32 && bytes.compare(32, 14, "ampfuse plan 1") == 0) plans.push_back(e.path().string());
+    if (bytes.size() > 32 && bytes.compare(32, 14, "ampfuse plan 2") == 0) plans.push_back(e.path().string());
   }
   return plans;
 }
@@ -92,6 +92,7 @@ void expect_same_bits(const std::vector<Tensor>& a, const std::vector<Tensor>& b
 ExecutorOptions with_amp(DType target) {
   ExecutorOptions o;
   o.fold_batchnorm = true;
+  o.conv_epilogues = true;
   if (target != DType::f32) {
     AmpOptions amp;
     amp.target = target;
@@ -122,6 +123,7 @@ TEST(PlanCache, WarmCompileLoadsThePlanAndGivesTheSameBits) {
       EXPECT_EQ(cold.stats.kernels, warm.stats.kernels);
       EXPECT_EQ(cold.stats.folded_batchnorms, warm.stats.folded_batchnorms);
       EXPECT_EQ(cold.stats.widened_external, warm.stats.widened_external);
+      EXPECT_EQ(cold.stats.conv_epilogues, warm.stats.conv_epilogues);
       EXPECT_EQ(cold.stats.arena_bytes, warm.stats.arena_bytes);
       ASSERT_EQ(cold.stats.amp.has_value(), warm.stats.amp.has_value());
       if (cold.stats.amp) {
@@ -193,6 +195,9 @@ TEST(PlanCache, ChangedGraphShapeOrOptionIsAMiss) {
   o = base;
   o.fold_batchnorm = false;
   variants.push_back({"no --fold-batchnorm", {g, o}});
+  o = base;
+  o.conv_epilogues = false;
+  variants.push_back({"--no-epilogues", {g, o}});
   o = base;
   o.use_onednn = false;
   variants.push_back({"no oneDNN (no compute-in-f32)", {g, o}});

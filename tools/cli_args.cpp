@@ -38,6 +38,9 @@ void add_plan_args(CLI::App& cmd, PlanArgs& a) {
   cmd.add_flag("--no-fold-bn", a.no_fold_bn,
                "Keep each BatchNorm that follows a Convolution (fused plans fold it into the convolution's weights "
                "and bias, computed once)");
+  cmd.add_flag("--no-epilogues", a.no_epilogues,
+               "Keep the add and relu after each Convolution as fused kernels (fused inference plans on the CPU run "
+               "them as oneDNN post-ops of the convolution)");
 }
 
 }  // namespace ampfuse::tools

@@ -15,12 +15,14 @@ struct PlanArgs {
   AmpArgs amp;
   bool no_fuse = false;
   bool no_fold_bn = false;
+  bool no_epilogues = false;
 
-  // Fused runs fold BatchNorms into convolutions and keep the weights' derived forms.
+  // Fused runs fold BatchNorms into convolutions, run convolutions with their add and relu
+  // as oneDNN post-ops, and keep the weights' derived forms.
   engine::ExecutorOptions executor_options() const;
 };
 
-// Adds --amp and its overrides, --no-fuse and --no-fold-bn.
+// Adds --amp and its overrides, --no-fuse, --no-fold-bn and --no-epilogues.
 void add_plan_args(CLI::App& cmd, PlanArgs& a);
 
 }  // namespace ampfuse::tools

@@ -230,6 +230,21 @@ class MemoryPlanner {
     return -1;
   }
 
+  // The residual of a _fused_conv (step s), whose slot its output can take: oneDNN's sum
+  // post-op adds what the output buffer holds (runtime/onednn/onednn_ops.cpp), so over its
+  // own residual the convolution needs no copy. Dead after this step, not also the data.
+  int32_t in_place_residual(int32_t node, int32_t s, Space sp, const std::vector<bool>& taken) const {
+    const ir::Node& n = g_.nodes[node];
+    if (n.op != "_fused_conv" || !n.attrs.get_bool("with_residual")) return -1;
+    const ValueRef residual = n.inputs.back();
+    const int32_t r = m_.root_of(residual);
+    if (r != m_.id(residual) || taken[r] || m_.buffers[r].slot[index(sp)] < 0) return -1;
+    if (m_.buffers[r].live[index(sp)].second != s || m_.buffers[r].bytes != m_.buffers[m_.id({node, 0})].bytes)
+      return -1;
+    const auto reads = std::count_if(n.inputs.begin(), n.inputs.end(), [&](ValueRef x) { return m_.root_of(x) == r; });
+    return reads == 1 ? r : -1;
+  }
+
   void assign_slots() {
     std::array<ArenaAllocator, 2> arena;
     const auto place = [&](int32_t r, Space sp, int64_t offset) {
@@ -264,6 +279,8 @@ class MemoryPlanner {
           const auto out = std::find_if(kernel->outputs.begin(), kernel->outputs.end(),
                                         [&](const KernelOperand& op) { return op.value == w; });
           dead = in_place_input(*kernel, *out, static_cast<int32_t>(s), sp, taken);
+        } else if (const auto* external = std::get_if<ExternalStep>(&step)) {
+          dead = in_place_residual(external->node, static_cast<int32_t>(s), sp, taken);
         }
         if (dead >= 0) {
           taken[dead] = true;

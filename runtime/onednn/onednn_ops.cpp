@@ -303,6 +303,51 @@ Prepared prepare_convolution(const Node& n, Types in, Types out, bool deconv) {
                                                        bias_desc, dst, has_bias)};
 }
 
+// _fused_conv (ir/ops/nn_conv.cpp): the forward convolution with its epilogue as oneDNN
+// post-ops, applied to the f32 accumulators before the one rounding to the output dtype: a
+// sum (the residual, which the output buffer must hold when the primitive starts) and an
+// eltwise relu. The memory plan writes the output over the residual where the residual
+// dies here (engine/execution/memory_plan.h), so usually nothing is copied; otherwise the
+// residual is copied in first. A binary-add post-op would read the residual where it lies,
+// but oneDNN 2.6's brgconv_1x1 kernels refuse it (jit_1x1 runs it, slower: bench/README.md,
+// "Convolution epilogues"). oneDNN's relu gives -0 where the reference gives +0 (equal
+// values).
+Prepared prepare_fused_convolution(const Node& n, Types in, Types out) {
+  const bool has_bias = !n.attrs.get_bool("no_bias"), with_residual = n.attrs.get_bool("with_residual");
+  const size_t count = 2 + (has_bias ? 1 : 0) + (with_residual ? 1 : 0);
+  require_inputs(n, in, count, count);
+  const TensorType& x = in[0];
+  if (in[1].dtype != x.dtype) refuse("weight {} differs from data {}", ir::dtype_name(in[1].dtype), ir::dtype_name(x.dtype));
+  const ir::nn::ConvGeometry geo = ir::nn::conv_geometry(n.attrs, x.shape, false);
+  const memory::desc src = channels_desc(x.shape, x.dtype, geo.channels_last);
+  const memory::desc dst = channels_desc(out[0].shape, out[0].dtype, geo.channels_last);
+  const memory::desc wuser = mxnet_weight_desc(geo, in[1]);
+  memory::desc bias_desc;
+  if (has_bias) bias_desc = memory::desc({geo.out_channels}, dnnl_type(in[2].dtype), memory::format_tag::a);
+  dnnl::post_ops ops;
+  if (with_residual) {
+    if (in[count - 1] != out[0]) refuse("the residual's type differs from the output's");
+    ops.append_sum(1.0f);
+  }
+  const std::string act = n.attrs.get_string("act_type");
+  if (act == "relu") ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
+  else if (act != "none") refuse("act_type '{}' has no oneDNN post-op here", act);
+  dnnl::primitive_attr attr;  // not a copy of scratchpad_attr(): that would share its handle
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  attr.set_post_ops(ops);
+  const ConvWindow w = conv_window(geo, false);
+  dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, src,
+                                    any_layout(wuser), bias_desc, dst, w.strides, w.dilates, w.pad_left, w.pad_right);
+  dnnl::convolution_forward::primitive_desc pd(d, attr, cpu_engine());
+  auto run = run_with_weights(dnnl::convolution_forward(pd), src, wuser, pd.weights_desc(), bias_desc, dst, has_bias);
+  if (!with_residual) return Prepared{pd.impl_info_str(), std::move(run)};
+  const size_t bytes = dst.get_size();
+  return Prepared{pd.impl_info_str(), [run = std::move(run), bytes, r = count - 1](InPtrs ins, OutPtrs outs, WeightSlot w) {
+                    if (ins[r] != outs[0]) std::memcpy(outs[0], ins[r], bytes);
+                    run(ins, outs, w);
+                  }};
+}
+
 // _backward_Convolution_weight(data, out_grad): oneDNN's backward-weights convolution,
 // written in its chosen layout and reordered into MXNet's.
 Prepared prepare_convolution_weight_gradient(const Node& n, Types in, Types out) {
@@ -520,6 +565,7 @@ Builder builder_for(const std::string& op) {
     return [](const Node& n, Types in, Types out) { return prepare_convolution(n, in, out, false); };
   if (op == "Deconvolution")
     return [](const Node& n, Types in, Types out) { return prepare_convolution(n, in, out, true); };
+  if (op == "_fused_conv") return prepare_fused_convolution;
   // Bilinear UpSampling is a depthwise Deconvolution (ir/ops/index_shapes.h); nearest runs on
   // its reference kernel.
   if (op == "UpSampling")
@@ -644,7 +690,8 @@ double estimated_macs(const Node& n, Types in, Types out) {
   for (const auto* list : {&in, &out})
     for (const TensorType& t : *list) largest = std::max(largest, elements(t));
   // A weight row per output element (Deconvolution: per input element).
-  if ((n.op == "Convolution" || n.op == "Deconvolution" || n.op == "FullyConnected") && in.size() > 1 &&
+  if ((n.op == "Convolution" || n.op == "_fused_conv" || n.op == "Deconvolution" || n.op == "FullyConnected") &&
+      in.size() > 1 &&
       !in[1].shape.empty() && in[1].shape[0] > 0)
     return elements(n.op == "Deconvolution" ? in[0] : out[0]) * elements(in[1]) / static_cast<double>(in[1].shape[0]);
   // A weight-gradient row per output-gradient element.

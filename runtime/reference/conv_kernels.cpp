@@ -67,14 +67,29 @@ void deconvolution(const ConvGeometry& g, const Window& w, const T* x, const T* 
     }
 }
 
+// _fused_conv's epilogue on the f32 (compute type) result: + residual, then the
+// activation (ir/ops/nn_conv.cpp); the caller rounds once when it stores.
+template <class T>
+void apply_epilogue(const ir::Node& node, std::span<const Tensor> in, std::vector<T>& y) {
+  if (node.op != "_fused_conv") return;
+  if (node.attrs.get_bool("with_residual")) {
+    const std::vector<T> residual = load<T>(in.back());
+    for (size_t i = 0; i < y.size(); ++i) y[i] += residual[i];
+  }
+  if (node.attrs.get_string("act_type") == "relu")
+    for (T& v : y) v = std::isnan(v) || v > T(0) ? v : T(0);  // the relu recipe: max(v, 0)
+}
+
 void conv_kernel(const ir::Node& node, std::span<const Tensor> in, std::span<Tensor> out, bool deconv) {
+  const bool fused = node.op == "_fused_conv";
+  const bool has_bias = !node.attrs.get_bool("no_bias");
   const ConvGeometry g = ir::nn::conv_geometry(node.attrs, in[0].shape(), deconv);
   const Window w = conv_window(g);
   const int64_t spatial_in = extent(g.in_size, 0, g.in_size.size());
   const int64_t spatial_out = extent(g.out_size, 0, g.out_size.size());
   with_compute_type({in[0].dtype()}, [&]<class T>() {
     std::vector<T> x = load<T>(in[0]), weight = load<T>(in[1]);
-    std::vector<T> bias = in.size() > 2 ? load<T>(in[2]) : std::vector<T>{};
+    std::vector<T> bias = (fused ? has_bias : in.size() > 2) ? load<T>(in[2]) : std::vector<T>{};
     if (g.channels_last) {
       x = transpose_last_two(x, g.batch, spatial_in, g.in_channels);
       const int64_t lead = in[1].shape().front(), last = in[1].shape().back();
@@ -84,6 +99,7 @@ void conv_kernel(const ir::Node& node, std::span<const Tensor> in, std::span<Ten
     (deconv ? deconvolution<T> : convolution<T>)(g, w, x.data(), weight.data(), bias.empty() ? nullptr : bias.data(),
                                                  y.data());
     if (g.channels_last) y = transpose_last_two(y, g.batch, g.out_channels, spatial_out);
+    apply_epilogue(node, in, y);
     store(y, out[0]);
   });
 }
@@ -143,6 +159,9 @@ void register_conv_kernels() {
   });
   register_reference_kernel("Deconvolution", [](const ir::Node& n, std::span<const Tensor> in, std::span<Tensor> out) {
     conv_kernel(n, in, out, true);
+  });
+  register_reference_kernel("_fused_conv", [](const ir::Node& n, std::span<const Tensor> in, std::span<Tensor> out) {
+    conv_kernel(n, in, out, false);
   });
   register_reference_kernel("Pooling", pooling_kernel);
 }

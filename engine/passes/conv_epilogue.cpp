@@ -1,0 +1,135 @@
+#include "engine/passes/conv_epilogue.h"
+
+#include "engine/passes/graph_rebuilder.h"
+#include "ir/op_registry.h"
+#include "ir/type_inference.h"
+
+#include <map>
+#include <optional>
+
+namespace ampfuse::engine {
+
+namespace {
+
+using ir::ValueRef;
+
+bool is_relu(const ir::Node& n) {
+  return n.op == "relu" || (n.op == "Activation" && n.attrs.get_string("act_type") == "relu");
+}
+
+bool is_add(const ir::Node& n) { return n.op == "elemwise_add" || n.op == "broadcast_add"; }
+
+// One chain to fuse: the convolution, the nodes after it, and what the fused node reads.
+struct Chain {
+  int32_t conv = -1;
+  std::vector<int32_t> absorbed;  // the convolution and the links before the last
+  int32_t last = -1;              // the node whose value the fused node computes
+  std::optional<ValueRef> residual;
+  bool relu = false;
+};
+
+class ChainFinder {
+ public:
+  explicit ChainFinder(const ir::Graph& g) : g_(g), uses_(ir::use_counts(g)) {
+    for (int32_t i = 0; i < static_cast<int32_t>(g.nodes.size()); ++i)
+      for (ValueRef in : g.nodes[i].inputs) reader_[in] = i;  // meaningful where uses == 1
+  }
+
+  std::optional<Chain> from(int32_t conv) const {
+    const ir::Node& c = g_.nodes[conv];
+    if (c.op != "Convolution" || c.outputs.size() != 1) return std::nullopt;
+    const ir::TensorType& type = c.outputs[0];
+    if (type.dtype != ir::DType::f32 && !ir::is_lowp(type.dtype)) return std::nullopt;
+    Chain chain;
+    chain.conv = chain.last = conv;
+    // The add, when the convolution's value goes to one.
+    if (const int32_t next = sole_reader({conv, 0}); next >= 0 && is_add(g_.nodes[next])) {
+      const ir::Node& add = g_.nodes[next];
+      const ValueRef other = add.inputs[add.inputs[0] == ValueRef{conv, 0} ? 1 : 0];
+      if (add.outputs.size() == 1 && add.outputs[0] == type && g_.type(other) == type && other != ValueRef{conv, 0}) {
+        chain.absorbed.push_back(chain.last);
+        chain.last = next;
+        chain.residual = other;
+      }
+    }
+    if (const int32_t next = sole_reader({chain.last, 0}); next >= 0 && is_relu(g_.nodes[next]) &&
+                                                           g_.nodes[next].outputs[0] == type) {
+      chain.absorbed.push_back(chain.last);
+      chain.last = next;
+      chain.relu = true;
+    }
+    if (chain.last == conv) return std::nullopt;
+    return chain;
+  }
+
+ private:
+  // The one node that reads `v` (once), or -1 when anything else does too or it is a graph
+  // output (use_counts counts those as reads).
+  int32_t sole_reader(ValueRef v) const {
+    const auto u = uses_.find(v);
+    if (u == uses_.end() || u->second != 1) return -1;
+    const auto r = reader_.find(v);
+    return r == reader_.end() ? -1 : r->second;
+  }
+
+  const ir::Graph& g_;
+  std::map<ValueRef, int> uses_;
+  std::map<ValueRef, int32_t> reader_;
+};
+
+// The _fused_conv node of a chain, its inputs still the old graph's values.
+ir::Node fused_node(const ir::Graph& g, const Chain& chain) {
+  const ir::Node& conv = g.nodes[chain.conv];
+  ir::Node n;
+  n.op = "_fused_conv";
+  n.name = g.nodes[chain.last].name;
+  n.inputs = conv.inputs;
+  ir::Attrs attrs = conv.attrs;
+  attrs.set("with_residual", chain.residual.has_value());
+  attrs.set("act_type", std::string(chain.relu ? "relu" : "none"));
+  if (chain.residual) n.inputs.push_back(*chain.residual);
+  n.attrs = ir::complete_attrs(ir::OpRegistry::global().get(n.op), std::move(attrs));
+  n.outputs = conv.outputs;
+  return n;
+}
+
+}  // namespace
+
+int fuse_conv_epilogues(ir::Graph& g, const RunsFusedConv& runs_fused) {
+  const ChainFinder finder(g);
+  std::map<int32_t, ir::Node> fused_at;  // last node of a chain -> its fused node
+  std::vector<bool> absorbed(g.nodes.size(), false);
+  for (int32_t i = 0; i < static_cast<int32_t>(g.nodes.size()); ++i) {
+    const std::optional<Chain> chain = finder.from(i);
+    if (!chain) continue;
+    ir::Node fused = fused_node(g, *chain);
+    std::vector<ir::TensorType> types;
+    for (ValueRef in : fused.inputs) types.push_back(g.type(in));
+    // Two convolutions may meet at one add (a projection shortcut): the first chain takes it,
+    // and the other convolution, its residual, stays.
+    if (absorbed[chain->last] || fused_at.count(chain->last) || (chain->residual && absorbed[chain->residual->node]))
+      continue;
+    if (!runs_fused(fused, types)) continue;
+    for (int32_t a : chain->absorbed) absorbed[a] = true;
+    fused_at.emplace(chain->last, std::move(fused));
+  }
+  if (fused_at.empty()) return 0;
+
+  GraphRebuilder rb(g);
+  for (int32_t i = 0; i < static_cast<int32_t>(g.nodes.size()); ++i) {
+    if (absorbed[i]) continue;  // only the chain read it
+    const auto found = fused_at.find(i);
+    if (found == fused_at.end()) {
+      rb.copy(i);
+      continue;
+    }
+    ir::Node n = std::move(found->second);
+    for (ValueRef& in : n.inputs) in = rb.map(in);
+    rb.set({i, 0}, {rb.emit(std::move(n)), 0});
+  }
+  g = rb.finish();
+  ir::infer_types(g);
+  return static_cast<int>(fused_at.size());
+}
+
+}  // namespace ampfuse::engine
