@@ -296,7 +296,7 @@ void BM_Model(benchmark::State& state) {
   eo.pool = &pool();
   eo.constant_params = true;  // inference: weights stay bound (widened/reordered once)
   eo.fold_batchnorm = fuse;   // as `ampfuse run` does for fused runs
-  eo.conv_epilogues = fuse;
+  eo.fuse_epilogues = fuse;
   const engine::Executable exe = engine::Executable::compile(g, eo);
   exe.run(run_vars);  // warm: first-touch of buffers, oneDNN primitives, weight-only steps
   for (auto _ : state) benchmark::DoNotOptimize(exe.run(run_vars));

@@ -111,7 +111,7 @@ ir::Graph run_graph_steps(ir::Graph g, const LowerOptions& opts, bool until_dce,
   std::optional<size_t> model_outputs;
   if (opts.training) {
     if (opts.fold_batchnorm) fail("fold_batchnorm and training exclude each other: training BatchNorm uses batch statistics");
-    if (opts.conv_epilogues) fail("conv_epilogues and training exclude each other: _fused_conv has no gradient");
+    if (opts.epilogues_run_fused) fail("fused epilogues and training exclude each other: _fused_conv and _fused_fc have no gradient");
     model_outputs = g.outputs.size();
     run_pipeline(g, {{"training-mode", [&](ir::Graph& x) {
                         to_training_mode(x, *opts.training);
@@ -120,7 +120,7 @@ ir::Graph run_graph_steps(ir::Graph g, const LowerOptions& opts, bool until_dce,
   }
   if (opts.backward) {
     if (opts.fold_batchnorm) fail("fold_batchnorm and backward exclude each other: folding removes the BatchNorm params");
-    if (opts.conv_epilogues) fail("conv_epilogues and backward exclude each other: _fused_conv has no gradient");
+    if (opts.epilogues_run_fused) fail("fused epilogues and backward exclude each other: _fused_conv and _fused_fc have no gradient");
     run_pipeline(g, {{"autodiff", [&](ir::Graph& x) {
                         BackwardOptions bo = *opts.backward;
                         if (model_outputs && !bo.heads) bo.heads = model_outputs;  // not the moving statistics
@@ -140,10 +140,10 @@ ir::Graph run_graph_steps(ir::Graph g, const LowerOptions& opts, bool until_dce,
                            stats.folded_batchnorms = fold_batchnorm(x);
                            return true;
                          }});
-  if (opts.conv_epilogues)
-    inference.push_back({"conv-epilogue", [&](ir::Graph& x) {
-                           stats.conv_epilogues = fuse_conv_epilogues(x, opts.conv_epilogues);
-                           return stats.conv_epilogues > 0;  // 0: the graph is untouched
+  if (opts.epilogues_run_fused)
+    inference.push_back({"epilogue-fusion", [&](ir::Graph& x) {
+                           stats.fused_epilogues = fuse_epilogues(x, opts.epilogues_run_fused);
+                           return stats.fused_epilogues > 0;  // 0: the graph is untouched
                          }});
   if (opts.computes_in_f32)
     inference.push_back(

@@ -13,8 +13,8 @@
 //                      (engine/passes/autodiff.h), after AMP so that lp16 ops get lp16
 //                      gradients and f32 weights f32 ones, as MXNet's AMP trains
 //   fold-batchnorm   with fold_batchnorm: BatchNorm after Convolution into its weights
-//   conv-epilogue    with conv_epilogues: Convolution + add + relu into one _fused_conv,
-//                      which oneDNN runs with post-ops (engine/passes/conv_epilogue.h)
+//   epilogue-fusion  with epilogues_run_fused: Convolution / FullyConnected + add + relu
+//                      into one _fused_conv / _fused_fc that oneDNN runs with post-ops
 //   compute-in-f32   casts around external ops computed in f32, so that they fuse
 //   plan-fusion      fused kernels, external ops and views; with backward, forward and
 //                      backward nodes in separate kernels, forward steps first
@@ -31,7 +31,7 @@
 
 #include "engine/passes/amp_options.h"
 #include "engine/passes/autodiff.h"
-#include "engine/passes/conv_epilogue.h"
+#include "engine/passes/epilogue_fusion.h"
 #include "engine/passes/training_mode.h"
 #include "engine/planning/fusion_plan.h"
 #include "engine/planning/recompute.h"
@@ -64,9 +64,10 @@ struct LowerOptions {
   // Unset, AmpOptions::layout (amp::init and `convert` take it there) asks for it.
   std::string layout;
   bool fold_batchnorm = false;    // changes results by rounding (see fold_batchnorm.h)
-  // Set: fuse convolutions' epilogues where it says oneDNN runs them (conv_epilogue.h;
-  // changes low-precision results by rounding). Excludes backward and training.
-  RunsFusedConv conv_epilogues;
+  // Set: fuse Convolution / FullyConnected epilogues where it says oneDNN runs them
+  // (epilogue_fusion.h; changes low-precision results by rounding). Excludes backward and
+  // training.
+  RunsFusedEpilogue epilogues_run_fused;
   // Differentiate: the graph's outputs become its forward outputs and then the gradients.
   // Excludes fold_batchnorm (folding would take the BatchNorm params out of the graph).
   std::optional<BackwardOptions> backward;
@@ -81,7 +82,7 @@ struct LowerOptions {
 struct LowerStats {
   std::optional<AmpStats> amp;  // with LowerOptions::amp
   int folded_batchnorms = 0;
-  int conv_epilogues = 0;       // _fused_conv nodes conv-epilogue made
+  int fused_epilogues = 0;      // _fused_conv / _fused_fc nodes epilogue-fusion made
   int widened_external = 0;     // nodes compute-in-f32 rewrote
   // With LowerOptions::backward: what the graph's outputs are (BackwardGraph's fields).
   size_t forward_outputs = 0;

@@ -263,7 +263,7 @@ std::string options_text(const LowerOptions& o) {
   }
   s += fmt::format("layout '{}'\n", o.layout);
   s += fmt::format("fold_batchnorm {}\n", o.fold_batchnorm);
-  s += fmt::format("conv_epilogues {}\n", static_cast<bool>(o.conv_epilogues));
+  s += fmt::format("fuse_epilogues {}\n", static_cast<bool>(o.epilogues_run_fused));
   if (o.backward)
     s += fmt::format("backward: wrt [{}] with_inputs {} heads {} loss_scale '{}'\n", join(o.backward->wrt),
                      o.backward->with_inputs, o.backward->heads ? fmt::format("{}", *o.backward->heads) : "all",
@@ -333,7 +333,7 @@ std::string serialize_lowered(const Lowered& l) {
     }
   }
   w.num<int32_t>(s.folded_batchnorms);
-  w.num<int32_t>(s.conv_epilogues);
+  w.num<int32_t>(s.fused_epilogues);
   w.num<int32_t>(s.widened_external);
   w.num<uint64_t>(s.forward_outputs);
   w.strs(s.gradient_of);
@@ -400,7 +400,7 @@ std::optional<Lowered> deserialize_lowered(std::string_view bytes, std::string* 
       s.amp = std::move(a);
     }
     s.folded_batchnorms = r.num<int32_t>();
-    s.conv_epilogues = r.num<int32_t>();
+    s.fused_epilogues = r.num<int32_t>();
     s.widened_external = r.num<int32_t>();
     s.forward_outputs = r.num<uint64_t>();
     s.gradient_of = r.strs();

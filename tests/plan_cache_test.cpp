@@ -92,7 +92,7 @@ void expect_same_bits(const std::vector<Tensor>& a, const std::vector<Tensor>& b
 ExecutorOptions with_amp(DType target) {
   ExecutorOptions o;
   o.fold_batchnorm = true;
-  o.conv_epilogues = true;
+  o.fuse_epilogues = true;
   if (target != DType::f32) {
     AmpOptions amp;
     amp.target = target;
@@ -123,7 +123,7 @@ TEST(PlanCache, WarmCompileLoadsThePlanAndGivesTheSameBits) {
       EXPECT_EQ(cold.stats.kernels, warm.stats.kernels);
       EXPECT_EQ(cold.stats.folded_batchnorms, warm.stats.folded_batchnorms);
       EXPECT_EQ(cold.stats.widened_external, warm.stats.widened_external);
-      EXPECT_EQ(cold.stats.conv_epilogues, warm.stats.conv_epilogues);
+      EXPECT_EQ(cold.stats.fused_epilogues, warm.stats.fused_epilogues);
       EXPECT_EQ(cold.stats.arena_bytes, warm.stats.arena_bytes);
       ASSERT_EQ(cold.stats.amp.has_value(), warm.stats.amp.has_value());
       if (cold.stats.amp) {
@@ -196,7 +196,7 @@ TEST(PlanCache, ChangedGraphShapeOrOptionIsAMiss) {
   o.fold_batchnorm = false;
   variants.push_back({"no --fold-batchnorm", {g, o}});
   o = base;
-  o.conv_epilogues = false;
+  o.fuse_epilogues = false;
   variants.push_back({"--no-epilogues", {g, o}});
   o = base;
   o.use_onednn = false;

@@ -39,8 +39,8 @@ void add_plan_args(CLI::App& cmd, PlanArgs& a) {
                "Keep each BatchNorm that follows a Convolution (fused plans fold it into the convolution's weights "
                "and bias, computed once)");
   cmd.add_flag("--no-epilogues", a.no_epilogues,
-               "Keep the add and relu after each Convolution as fused kernels (fused inference plans on the CPU run "
-               "them as oneDNN post-ops of the convolution)");
+               "Keep the add and relu after each Convolution and FullyConnected as fused kernels (fused inference "
+               "plans on the CPU run them as oneDNN post-ops of that op)");
 }
 
 }  // namespace ampfuse::tools

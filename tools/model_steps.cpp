@@ -106,7 +106,7 @@ PlanSummary summarize_plan(const engine::Executable& exe, bool fused, double col
   p.constant_steps = cs.constant_steps;
   p.widened_external = cs.widened_external;
   p.folded_batchnorms = cs.folded_batchnorms;
-  p.conv_epilogues = cs.conv_epilogues;
+  p.fused_epilogues = cs.fused_epilogues;
   p.compilations = cs.compilations;
   p.kernels_cold = cs.compilations - cs.disk_loads;
   p.kernels_disk = cs.disk_loads;

@@ -9,7 +9,7 @@ engine::ExecutorOptions PlanArgs::executor_options() const {
   eo.fuse = !no_fuse;
   eo.constant_params = true;  // the weights stay bound: their derived forms are computed once
   eo.fold_batchnorm = !no_fuse && !no_fold_bn;
-  eo.conv_epilogues = !no_fuse && !no_epilogues;
+  eo.fuse_epilogues = !no_fuse && !no_epilogues;
   return eo;
 }
 

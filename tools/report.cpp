@@ -191,7 +191,7 @@ nlohmann::json to_json(const RunReport& r) {
                  {"constant_steps", p.constant_steps},
                  {"widened_external", p.widened_external},
                  {"folded_batchnorms", p.folded_batchnorms},
-                 {"conv_epilogues", p.conv_epilogues},
+                 {"fused_epilogues", p.fused_epilogues},
                  {"ops_per_kernel", per_kernel},
                  {"compilations", p.compilations},
                  {"kernels_cold", p.kernels_cold},
@@ -275,9 +275,9 @@ std::string plan_text(const PlanSummary& p) {
   if (p.folded_batchnorms > 0)
     out += fmt::format("         BatchNorms folded into the weights and bias of the convolution before each: {}\n",
                        p.folded_batchnorms);
-  if (p.conv_epilogues > 0)
-    out += fmt::format("         convolutions run with the add and relu after them as oneDNN post-ops: {}\n",
-                       p.conv_epilogues);
+  if (p.fused_epilogues > 0)
+    out += fmt::format("         convolutions and FullyConnected ops run with the add and relu after them as oneDNN post-ops: {}\n",
+                       p.fused_epilogues);
   if (p.host_round_trips > 0)
     out += fmt::format("         {} host steps wait for values computed on the device\n", p.host_round_trips);
   out += fmt::format("memory:  {:.2f} MB arena for {:.2f} MB of intermediates", p.arena_bytes / 1e6,

@@ -120,8 +120,8 @@ LowerOptions lower_options(const ExecutorOptions& opts, const runtime::DeviceApi
     lo.layout = opts.layout;  // layout_optimize refuses what it does not know
   }
   lo.fold_batchnorm = opts.fold_batchnorm;
-  if (opts.conv_epilogues && opts.use_onednn && device.host_addressable() && !opts.backward && !opts.training)
-    lo.conv_epilogues = [](const ir::Node& fused, std::span<const ir::TensorType> inputs) {
+  if (opts.fuse_epilogues && opts.use_onednn && device.host_addressable() && !opts.backward && !opts.training)
+    lo.epilogues_run_fused = [](const ir::Node& fused, std::span<const ir::TensorType> inputs) {
       const std::string impl = runtime::onednn_impl_name(fused, inputs);
       return !impl.empty() && !runtime::onednn_impl_is_slow(impl);
     };
@@ -291,7 +291,7 @@ Executable Executable::compile(ir::Graph g, const ExecutorOptions& opts) {
   im.plan = std::move(lowered.plan);
   st.amp = std::move(lowered.stats.amp);
   st.folded_batchnorms = lowered.stats.folded_batchnorms;
-  st.conv_epilogues = lowered.stats.conv_epilogues;
+  st.fused_epilogues = lowered.stats.fused_epilogues;
   st.widened_external = lowered.stats.widened_external;
   st.forward_outputs = lowered.stats.forward_outputs;
   st.gradient_of = std::move(lowered.stats.gradient_of);

@@ -80,13 +80,13 @@ struct ExecutorOptions {
   // differ from the graph's by rounding (not bit for bit with the interpreter). Best with
   // constant_params, which computes the folded weights once.
   bool fold_batchnorm = false;
-  // Inference on the CPU: a Convolution and the add (of a residual) and relu after it become
-  // one _fused_conv, which oneDNN runs with post-ops (engine/passes/conv_epilogue.h), where
-  // oneDNN has a real kernel for it: the convolution's output is never stored and read back.
-  // In bf16/f16 results differ from the graph's by rounding (one rounding instead of two);
-  // f32 results are the same. Ignored with backward or training, on a GPU, and without
-  // use_onednn.
-  bool conv_epilogues = false;
+  // Inference on the CPU: a Convolution or FullyConnected and the add (of a residual) and
+  // relu after it become one _fused_conv / _fused_fc, which oneDNN runs with post-ops
+  // (engine/passes/epilogue_fusion.h), where oneDNN has a real kernel for it: the op's
+  // output is never stored and read back. In bf16/f16 results differ from the graph's by
+  // rounding (one rounding instead of two); f32 results are the same. Ignored with backward
+  // or training, on a GPU, and without use_onednn.
+  bool fuse_epilogues = false;
   // Training: compile the forward graph with its gradients (engine/passes/autodiff.h);
   // run() then returns the forward outputs followed by one gradient per differentiated
   // variable (CompileStats::gradient_of), and head gradients are inputs to bind.
@@ -136,8 +136,9 @@ struct CompileStats {
   int constant_steps = 0;
   // BatchNorms folded into the Convolution before them (ExecutorOptions::fold_batchnorm).
   int folded_batchnorms = 0;
-  // Convolutions run with their add and relu as oneDNN post-ops (ExecutorOptions::conv_epilogues).
-  int conv_epilogues = 0;
+  // Convolutions and FullyConnecteds run with their add and relu as oneDNN post-ops
+  // (ExecutorOptions::fuse_epilogues).
+  int fused_epilogues = 0;
   // With ExecutorOptions::backward: the forward outputs come first, then the gradients of
   // these variables; head_grads are the head-gradient inputs (autodiff.h).
   size_t forward_outputs = 0;

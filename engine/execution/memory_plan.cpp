@@ -230,12 +230,12 @@ class MemoryPlanner {
     return -1;
   }
 
-  // The residual of a _fused_conv (step s), whose slot its output can take: oneDNN's sum
-  // post-op adds what the output buffer holds (runtime/onednn/onednn_ops.cpp), so over its
-  // own residual the convolution needs no copy. Dead after this step, not also the data.
+  // The residual of a _fused_conv or _fused_fc (step s), whose slot its output can take:
+  // oneDNN's sum post-op adds what the output buffer holds (runtime/onednn/onednn_ops.cpp),
+  // so over its own residual the op needs no copy. Dead after this step, not also the data.
   int32_t in_place_residual(int32_t node, int32_t s, Space sp, const std::vector<bool>& taken) const {
     const ir::Node& n = g_.nodes[node];
-    if (n.op != "_fused_conv" || !n.attrs.get_bool("with_residual")) return -1;
+    if ((n.op != "_fused_conv" && n.op != "_fused_fc") || !n.attrs.get_bool("with_residual")) return -1;
     const ValueRef residual = n.inputs.back();
     const int32_t r = m_.root_of(residual);
     if (r != m_.id(residual) || taken[r] || m_.buffers[r].slot[index(sp)] < 0) return -1;

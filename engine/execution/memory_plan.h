@@ -10,8 +10,8 @@
 //
 // A fused kernel may also write its output over a dead input of the same element size read
 // under the same access (in place): each element is read before it is overwritten, by the
-// same thread. So may a _fused_conv over its residual, which oneDNN's sum post-op reads
-// from the output buffer anyway (engine/passes/conv_epilogue.h).
+// same thread. So may a _fused_conv or _fused_fc over its residual, which oneDNN's sum
+// post-op reads from the output buffer anyway (engine/passes/epilogue_fusion.h).
 //
 // Spaces. On a device whose memory is the host's (the CPU) there is one: kernels, oneDNN
 // and the interpreter all read the one arena, and nothing is ever copied. On a GPU there
@@ -89,7 +89,7 @@ struct MemoryPlan {
   // The arenas' parts, for DeviceApi::declare_regions (overlapping when reused).
   std::array<std::vector<runtime::DeviceRegion>, 2> regions;
   int64_t intermediate_bytes = 0;  // every slot's bytes added up: an arena without reuse
-  int in_place = 0;                // kernel (and _fused_conv) outputs written over a dead input
+  int in_place = 0;                // kernel (and _fused_*) outputs written over a dead input
 
   int32_t id(ir::ValueRef v) const { return first_value[v.node] + v.index; }
   int32_t root_of(ir::ValueRef v) const { return root[id(v)]; }

@@ -124,9 +124,10 @@ Region::Compiled& Region::compiled_for(const std::vector<RegionInput>& inputs) {
   // reads moving statistics it rewrites every call, and trains weights that change every
   // step: nothing there stays constant long enough to keep.
   eo.constant_params = form_ != RegionForm::training;
-  // Convolutions with their add and relu as oneDNN post-ops, as MXNet's own oneDNN fusion
-  // runs them: the same f32 results, one rounding fewer in bf16 (engine/passes/conv_epilogue.h).
-  eo.conv_epilogues = form_ != RegionForm::training;
+  // Convolutions and FullyConnecteds with their add and relu as oneDNN post-ops, as MXNet's
+  // own oneDNN fusion runs them: the same f32 results, one rounding fewer in bf16
+  // (engine/passes/epilogue_fusion.h).
+  eo.fuse_epilogues = form_ != RegionForm::training;
   auto c = std::make_unique<Compiled>(Compiled{engine::Executable::compile(std::move(g), eo), {}, {}});
   const ir::Graph& cg = c->exe.graph();
   // Which inputs the executable treats as constants: variables in weight or aux slots.

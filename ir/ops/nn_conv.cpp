@@ -118,47 +118,6 @@ OpDef convolution_def(bool deconv) {
   return d;
 }
 
-// _fused_conv: a Convolution with its epilogue, what engine/passes/conv_epilogue.h makes
-// of `act(Convolution(x, w, b) + residual)` so that oneDNN applies the add and the
-// activation as post-ops while the result is still in registers, instead of a fused kernel
-// reading the convolution's output back from memory. Semantics (the reference kernel's):
-// the convolution and bias in f32 (the compute type), plus the residual widened to f32,
-// then the activation, rounded once to the output dtype. Against the graph it replaces,
-// which rounds the convolution's output before the add, that differs by rounding only in
-// bf16/f16 and not at all in f32. Inputs: data, weight, bias (unless no_bias), residual
-// (with with_residual: the output's type exactly). Inference only: it has no gradient.
-OpDef fused_convolution_def() {
-  OpDef d = convolution_def(false);
-  d.name = "_fused_conv";
-  d.inputs = {{"data"}, {"weight", SlotRole::param}, {"bias", SlotRole::param, true}, {"residual", SlotRole::data, true}};
-  d.alt_inputs = {{"data"}, {"weight", SlotRole::param}, {"residual", SlotRole::data, true}};
-  d.alt_inputs_apply = [](const Attrs& a) { return a.get_bool("no_bias"); };
-  d.num_inputs = [](const Attrs& a) { return (a.get_bool("no_bias") ? 2 : 3) + (a.get_bool("with_residual") ? 1 : 0); };
-  d.attrs.push_back(optional("with_residual", AttrKind::Bool, false));
-  d.attrs.push_back(one_of("act_type", "none", {"none", "relu"}));
-  d.ignored_attrs.clear();
-  InferFn conv_infer = d.infer;
-  d.infer = [conv_infer](InferContext& ctx) {
-    const bool with_residual = ctx.attrs.get_bool("with_residual");
-    if (!with_residual) return conv_infer(ctx);
-    // The convolution's own rule over its own inputs (the residual would pass for a bias).
-    InferContext conv{ctx.attrs, {ctx.inputs.begin(), ctx.inputs.end() - 1}, ctx.outputs, ctx.outputs_from_consumers};
-    conv_infer(conv);
-    std::copy(conv.inputs.begin(), conv.inputs.end(), ctx.inputs.begin());
-    ctx.outputs = conv.outputs;
-    if (!ctx.outputs[0]) return;
-    const size_t r = ctx.inputs.size() - 1;
-    if (ctx.inputs[r] && *ctx.inputs[r] != *ctx.outputs[0])
-      fail("the residual {} differs from the convolution's output {}", type_str(*ctx.inputs[r]),
-           type_str(*ctx.outputs[0]));
-    ctx.inputs[r] = ctx.outputs[0];
-  };
-  d.amp_fp16 = d.amp_bf16 = AmpClass::neutral;
-  d.channels_last.reset();
-  d.gradient = nullptr;
-  return d;
-}
-
 OpDef pooling_def() {
   OpDef d;
   d.name = "Pooling";
@@ -191,7 +150,7 @@ OpDef pooling_def() {
 void register_conv_ops(OpRegistry& r) {
   r.add(convolution_def(false));
   r.add(convolution_def(true));
-  r.add(fused_convolution_def());
+  r.add(with_epilogue(convolution_def(false), "_fused_conv"));
   r.add(pooling_def());
 }
 

@@ -234,6 +234,7 @@ InputGrads matmul_gradient(GradContext& c, const std::string& op, const std::vec
 
 void register_dense_ops(OpRegistry& r) {
   r.add(fully_connected_def());
+  r.add(with_epilogue(fully_connected_def(), "_fused_fc"));
   r.add(dot_def());
   r.add(batch_dot_def());
   r.add(embedding_def());

@@ -11,8 +11,8 @@
 
 namespace ampfuse::ir::nn {
 
-void register_conv_ops(OpRegistry& r);     // Convolution, Deconvolution, Pooling
-void register_dense_ops(OpRegistry& r);    // FullyConnected, dot, batch_dot, Embedding
+void register_conv_ops(OpRegistry& r);     // Convolution, Deconvolution, Pooling, _fused_conv
+void register_dense_ops(OpRegistry& r);    // FullyConnected, _fused_fc, dot, batch_dot, Embedding
 void register_norm_ops(OpRegistry& r);     // BatchNorm, LayerNorm
 void register_norm_train_ops(OpRegistry& r);     // _BatchNorm_train
 void register_dropout_train_ops(OpRegistry& r);  // _Dropout_train
@@ -32,6 +32,10 @@ void register_loss_backward_ops(OpRegistry& r);  // _backward_softmax, _backward
 InputGrads normalization_gradient(GradContext& c, const std::string& backward_op,
                                   const std::vector<std::string>& copied);
 void register_nn_backward_ops(OpRegistry& r);    // _backward_Convolution_weight, _backward_Pooling...
+
+// `base` (Convolution or FullyConnected: inputs data, weight, bias unless no_bias) with an
+// epilogue, as op `name` (_fused_conv, _fused_fc; ir/ops/nn_epilogue.cpp).
+OpDef with_epilogue(OpDef base, std::string name);
 
 // Attribute schema entries.
 inline AttrSpec required(std::string name, AttrKind kind) { return {std::move(name), kind, std::nullopt, {}}; }

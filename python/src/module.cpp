@@ -281,7 +281,7 @@ class Model {
     d["widened_external"] = s.widened_external;
     d["constant_steps"] = s.constant_steps;
     d["folded_batchnorms"] = s.folded_batchnorms;
-    d["conv_epilogues"] = s.conv_epilogues;
+    d["fused_epilogues"] = s.fused_epilogues;
     d["fused_nodes"] = s.fused_nodes;
     d["compilations"] = s.compilations;
     d["cache_hits"] = s.cache_hits;

@@ -181,6 +181,53 @@ namespace {
 
 using namespace onednn_detail;
 
+// ---- Epilogues (_fused_conv, _fused_fc) ---------------------------------------------------
+
+// The post-ops of an op with an epilogue (ir/ops/nn_epilogue.cpp), applied to the f32
+// accumulators before the one rounding to the output dtype: a sum (the residual, which the
+// output buffer must hold when the primitive starts) and an eltwise relu. The memory plan
+// writes the output over the residual where the residual dies there
+// (engine/execution/memory_plan.h), so usually nothing is copied; otherwise wrap() copies it
+// in first. A binary-add post-op would read the residual where it lies, but oneDNN 2.6's
+// brgconv_1x1 kernels refuse it for a full-size operand (jit_1x1 runs it, slower:
+// bench/README.md, "Epilogues as oneDNN post-ops"). oneDNN's relu gives -0 where the reference
+// gives +0 (equal values).
+struct Epilogue {
+  dnnl::primitive_attr attr;  // the scratchpad mode and the post-ops
+  std::optional<size_t> residual;  // the input the residual is
+
+  // `inner` (the primitive's run), with the residual copied into the output first unless
+  // it is the output's buffer already.
+  Prepared wrap(Prepared inner, size_t output_bytes) const {
+    if (!residual) return inner;
+    return Prepared{std::move(inner.impl),
+                    [run = std::move(inner.run), output_bytes, r = *residual](InPtrs ins, OutPtrs outs, WeightSlot w) {
+                      if (ins[r] != outs[0]) std::memcpy(outs[0], ins[r], output_bytes);
+                      run(ins, outs, w);
+                    }};
+  }
+};
+
+// The inputs are data, weight, bias (unless no_bias), residual (with with_residual).
+Epilogue epilogue_of(const Node& n, Types in, Types out) {
+  const bool has_bias = !n.attrs.get_bool("no_bias"), with_residual = n.attrs.get_bool("with_residual");
+  const size_t count = 2 + (has_bias ? 1 : 0) + (with_residual ? 1 : 0);
+  require_inputs(n, in, count, count);
+  Epilogue e;
+  e.attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);  // as scratchpad_attr(), whose handle is shared
+  dnnl::post_ops ops;
+  if (with_residual) {
+    if (in[count - 1] != out[0]) refuse("the residual's type differs from the output's");
+    ops.append_sum(1.0f);
+    e.residual = count - 1;
+  }
+  const std::string act = n.attrs.get_string("act_type");
+  if (act == "relu") ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
+  else if (act != "none") refuse("act_type '{}' has no oneDNN post-op here", act);
+  e.attr.set_post_ops(ops);
+  return e;
+}
+
 // ---- Convolution ------------------------------------------------------------------------
 
 // MXNet's weight as oneDNN's logical weight dims with the strides of its storage.
@@ -303,19 +350,11 @@ Prepared prepare_convolution(const Node& n, Types in, Types out, bool deconv) {
                                                        bias_desc, dst, has_bias)};
 }
 
-// _fused_conv (ir/ops/nn_conv.cpp): the forward convolution with its epilogue as oneDNN
-// post-ops, applied to the f32 accumulators before the one rounding to the output dtype: a
-// sum (the residual, which the output buffer must hold when the primitive starts) and an
-// eltwise relu. The memory plan writes the output over the residual where the residual
-// dies here (engine/execution/memory_plan.h), so usually nothing is copied; otherwise the
-// residual is copied in first. A binary-add post-op would read the residual where it lies,
-// but oneDNN 2.6's brgconv_1x1 kernels refuse it (jit_1x1 runs it, slower: bench/README.md,
-// "Convolution epilogues"). oneDNN's relu gives -0 where the reference gives +0 (equal
-// values).
+// _fused_conv (ir/ops/nn_epilogue.cpp): the forward convolution with its epilogue as
+// post-ops (Epilogue, below).
 Prepared prepare_fused_convolution(const Node& n, Types in, Types out) {
-  const bool has_bias = !n.attrs.get_bool("no_bias"), with_residual = n.attrs.get_bool("with_residual");
-  const size_t count = 2 + (has_bias ? 1 : 0) + (with_residual ? 1 : 0);
-  require_inputs(n, in, count, count);
+  const Epilogue e = epilogue_of(n, in, out);
+  const bool has_bias = !n.attrs.get_bool("no_bias");
   const TensorType& x = in[0];
   if (in[1].dtype != x.dtype) refuse("weight {} differs from data {}", ir::dtype_name(in[1].dtype), ir::dtype_name(x.dtype));
   const ir::nn::ConvGeometry geo = ir::nn::conv_geometry(n.attrs, x.shape, false);
@@ -324,28 +363,13 @@ Prepared prepare_fused_convolution(const Node& n, Types in, Types out) {
   const memory::desc wuser = mxnet_weight_desc(geo, in[1]);
   memory::desc bias_desc;
   if (has_bias) bias_desc = memory::desc({geo.out_channels}, dnnl_type(in[2].dtype), memory::format_tag::a);
-  dnnl::post_ops ops;
-  if (with_residual) {
-    if (in[count - 1] != out[0]) refuse("the residual's type differs from the output's");
-    ops.append_sum(1.0f);
-  }
-  const std::string act = n.attrs.get_string("act_type");
-  if (act == "relu") ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
-  else if (act != "none") refuse("act_type '{}' has no oneDNN post-op here", act);
-  dnnl::primitive_attr attr;  // not a copy of scratchpad_attr(): that would share its handle
-  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-  attr.set_post_ops(ops);
   const ConvWindow w = conv_window(geo, false);
   dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, src,
                                     any_layout(wuser), bias_desc, dst, w.strides, w.dilates, w.pad_left, w.pad_right);
-  dnnl::convolution_forward::primitive_desc pd(d, attr, cpu_engine());
-  auto run = run_with_weights(dnnl::convolution_forward(pd), src, wuser, pd.weights_desc(), bias_desc, dst, has_bias);
-  if (!with_residual) return Prepared{pd.impl_info_str(), std::move(run)};
-  const size_t bytes = dst.get_size();
-  return Prepared{pd.impl_info_str(), [run = std::move(run), bytes, r = count - 1](InPtrs ins, OutPtrs outs, WeightSlot w) {
-                    if (ins[r] != outs[0]) std::memcpy(outs[0], ins[r], bytes);
-                    run(ins, outs, w);
-                  }};
+  dnnl::convolution_forward::primitive_desc pd(d, e.attr, cpu_engine());
+  return e.wrap(Prepared{pd.impl_info_str(), run_with_weights(dnnl::convolution_forward(pd), src, wuser,
+                                                              pd.weights_desc(), bias_desc, dst, has_bias)},
+                dst.get_size());
 }
 
 // _backward_Convolution_weight(data, out_grad): oneDNN's backward-weights convolution,
@@ -390,7 +414,7 @@ Prepared prepare_convolution_weight_gradient(const Node& n, Types in, Types out)
 // C[b] (m, n) = A[b] (m, k) x B[b] (k, n) (+ bias over n). A is stored (k, m) when
 // `ta`, B (n, k) when `tb`: strides describe the transposes, so they cost nothing.
 Prepared prepare_matmul(const Node& n, Types in, Types out, int64_t batch, int64_t m, int64_t k, int64_t nn, bool ta,
-                        bool tb, bool has_bias) {
+                        bool tb, bool has_bias, const Epilogue* epilogue = nullptr) {
   if (in[0].dtype != in[1].dtype) refuse("operands differ in dtype ({} and {})", ir::dtype_name(in[0].dtype), ir::dtype_name(in[1].dtype));
   if (batch * m * k != ir::num_elements(in[0].shape) || batch * k * nn != ir::num_elements(in[1].shape) ||
       batch * m * nn != ir::num_elements(out[0].shape))
@@ -404,15 +428,16 @@ Prepared prepare_matmul(const Node& n, Types in, Types out, int64_t batch, int64
   memory::desc bias;
   if (has_bias) bias = memory::desc({1, 1, nn}, dnnl_type(in[2].dtype), memory::format_tag::abc);
   dnnl::matmul::desc d(a, b, bias, c);
-  dnnl::matmul::primitive_desc pd(d, scratchpad_attr(), cpu_engine());
+  dnnl::matmul::primitive_desc pd(d, epilogue ? epilogue->attr : scratchpad_attr(), cpu_engine());
   dnnl::matmul prim(pd);
-  return Prepared{pd.impl_info_str(), [=](InPtrs ins, OutPtrs outs, WeightSlot) {
-                    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, wrap(a, ins[0])},
-                                                         {DNNL_ARG_WEIGHTS, wrap(b, ins[1])},
-                                                         {DNNL_ARG_DST, wrap(c, outs[0])}};
-                    if (has_bias) args.emplace(DNNL_ARG_BIAS, wrap(bias, ins[2]));
-                    execute(prim, std::move(args));
-                  }};
+  Prepared p{pd.impl_info_str(), [=](InPtrs ins, OutPtrs outs, WeightSlot) {
+               std::unordered_map<int, memory> args{{DNNL_ARG_SRC, wrap(a, ins[0])},
+                                                    {DNNL_ARG_WEIGHTS, wrap(b, ins[1])},
+                                                    {DNNL_ARG_DST, wrap(c, outs[0])}};
+               if (has_bias) args.emplace(DNNL_ARG_BIAS, wrap(bias, ins[2]));
+               execute(prim, std::move(args));
+             }};
+  return epilogue ? epilogue->wrap(std::move(p), c.get_size()) : p;
 }
 
 int64_t extent(const ir::Shape& s, size_t from, size_t to) {
@@ -421,14 +446,18 @@ int64_t extent(const ir::Shape& s, size_t from, size_t to) {
   return e;
 }
 
-// y (rows, hidden) = x (rows, features) * weight (hidden, features)^T + bias.
+// y (rows, hidden) = x (rows, features) * weight (hidden, features)^T + bias; _fused_fc
+// (ir/ops/nn_epilogue.cpp) with its epilogue as post-ops.
 Prepared prepare_fully_connected(const Node& n, Types in, Types out) {
-  require_inputs(n, in, 2, 3);
+  std::optional<Epilogue> epilogue;
+  if (n.op == "_fused_fc") epilogue = epilogue_of(n, in, out);
+  else require_inputs(n, in, 2, 3);
   const ir::Shape& x = in[0].shape;
   if (in[1].shape.size() != 2) refuse("weight shape {} is not (num_hidden, features)", ir::shape_str(in[1].shape));
   const int64_t hidden = in[1].shape[0], features = in[1].shape[1];
   const int64_t rows = n.attrs.get_bool("flatten") ? x[0] : extent(x, 0, x.size() - 1);
-  return prepare_matmul(n, in, out, 1, rows, features, hidden, false, true, in.size() > 2);
+  return prepare_matmul(n, in, out, 1, rows, features, hidden, false, true, !n.attrs.get_bool("no_bias"),
+                        epilogue ? &*epilogue : nullptr);
 }
 
 // MXNet's dot as one matrix product (the reference kernel's reading of N-D operands).
@@ -577,7 +606,7 @@ Builder builder_for(const std::string& op) {
       return prepare_convolution(deconv, in, out, true);
     };
   if (op == "_backward_Convolution_weight") return prepare_convolution_weight_gradient;
-  if (op == "FullyConnected") return prepare_fully_connected;
+  if (op == "FullyConnected" || op == "_fused_fc") return prepare_fully_connected;
   if (op == "batch_dot") return prepare_batch_dot;
   if (op == "dot") return prepare_dot;
   if (op == "Pooling") return prepare_pooling;
@@ -690,7 +719,8 @@ double estimated_macs(const Node& n, Types in, Types out) {
   for (const auto* list : {&in, &out})
     for (const TensorType& t : *list) largest = std::max(largest, elements(t));
   // A weight row per output element (Deconvolution: per input element).
-  if ((n.op == "Convolution" || n.op == "_fused_conv" || n.op == "Deconvolution" || n.op == "FullyConnected") &&
+  if ((n.op == "Convolution" || n.op == "_fused_conv" || n.op == "Deconvolution" || n.op == "FullyConnected" ||
+       n.op == "_fused_fc") &&
       in.size() > 1 &&
       !in[1].shape.empty() && in[1].shape[0] > 0)
     return elements(n.op == "Deconvolution" ? in[0] : out[0]) * elements(in[1]) / static_cast<double>(in[1].shape[0]);

@@ -67,19 +67,6 @@ void deconvolution(const ConvGeometry& g, const Window& w, const T* x, const T* 
     }
 }
 
-// _fused_conv's epilogue on the f32 (compute type) result: + residual, then the
-// activation (ir/ops/nn_conv.cpp); the caller rounds once when it stores.
-template <class T>
-void apply_epilogue(const ir::Node& node, std::span<const Tensor> in, std::vector<T>& y) {
-  if (node.op != "_fused_conv") return;
-  if (node.attrs.get_bool("with_residual")) {
-    const std::vector<T> residual = load<T>(in.back());
-    for (size_t i = 0; i < y.size(); ++i) y[i] += residual[i];
-  }
-  if (node.attrs.get_string("act_type") == "relu")
-    for (T& v : y) v = std::isnan(v) || v > T(0) ? v : T(0);  // the relu recipe: max(v, 0)
-}
-
 void conv_kernel(const ir::Node& node, std::span<const Tensor> in, std::span<Tensor> out, bool deconv) {
   const bool fused = node.op == "_fused_conv";
   const bool has_bias = !node.attrs.get_bool("no_bias");
@@ -99,7 +86,7 @@ void conv_kernel(const ir::Node& node, std::span<const Tensor> in, std::span<Ten
     (deconv ? deconvolution<T> : convolution<T>)(g, w, x.data(), weight.data(), bias.empty() ? nullptr : bias.data(),
                                                  y.data());
     if (g.channels_last) y = transpose_last_two(y, g.batch, g.out_channels, spatial_out);
-    apply_epilogue(node, in, y);
+    if (fused) apply_epilogue(node, in, y);
     store(y, out[0]);
   });
 }

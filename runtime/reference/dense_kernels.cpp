@@ -12,8 +12,11 @@ namespace ampfuse::runtime::ref {
 
 namespace {
 
-// y (rows, hidden) = x (rows, features) * weight (hidden, features)^T + bias.
+// y (rows, hidden) = x (rows, features) * weight (hidden, features)^T + bias; for
+// _fused_fc, then its epilogue (+ residual, relu) before the one rounding.
 void fully_connected(const ir::Node& node, std::span<const Tensor> in, std::span<Tensor> out) {
+  const bool fused = node.op == "_fused_fc";
+  const bool has_bias = fused ? !node.attrs.get_bool("no_bias") : in.size() > 2;
   const int64_t hidden = node.attrs.get_int("num_hidden");
   const int64_t features = in[1].shape()[1];
   const int64_t rows =
@@ -22,11 +25,12 @@ void fully_connected(const ir::Node& node, std::span<const Tensor> in, std::span
     const std::vector<T> x = load<T>(in[0]), w = load<T>(in[1]);
     std::vector<T> y(static_cast<size_t>(rows * hidden));
     gemm<T>(rows, hidden, features, x.data(), features, false, w.data(), features, true, y.data(), hidden);
-    if (in.size() > 2) {
+    if (has_bias) {
       const std::vector<T> b = load<T>(in[2]);
       for (int64_t r = 0; r < rows; ++r)
         for (int64_t h = 0; h < hidden; ++h) y[r * hidden + h] += b[h];
     }
+    if (fused) apply_epilogue(node, in, y);
     store(y, out[0]);
   });
 }
@@ -93,6 +97,7 @@ int64_t embedding_row(double index, int64_t rows) {
 
 void register_dense_kernels() {
   register_reference_kernel("FullyConnected", fully_connected);
+  register_reference_kernel("_fused_fc", fully_connected);
   register_reference_kernel("dot", dot);
   register_reference_kernel("batch_dot", batch_dot);
   register_reference_kernel("Embedding", embedding);

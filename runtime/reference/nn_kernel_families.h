@@ -6,8 +6,8 @@
 
 namespace ampfuse::runtime::ref {
 
-void register_conv_kernels();      // Convolution, Deconvolution, Pooling
-void register_dense_kernels();     // FullyConnected, dot, batch_dot, Embedding
+void register_conv_kernels();      // Convolution, Deconvolution, Pooling, _fused_conv
+void register_dense_kernels();     // FullyConnected, _fused_fc, dot, batch_dot, Embedding
 void register_norm_kernels();      // BatchNorm, LayerNorm
 void register_norm_train_kernels();     // _BatchNorm_train
 void register_dropout_train_kernels();  // _Dropout_train

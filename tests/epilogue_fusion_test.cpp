@@ -1,11 +1,12 @@
-// conv_epilogue: a Convolution with the add and relu after it becomes one _fused_conv, which
-// oneDNN runs with post-ops. The pass (textual IR, positive cases beside the conditions that
-// forbid it), the op's semantics on the reference interpreter (the same bits as the unfused
-// graph in f32, one rounding in bf16), oneDNN's post-op primitive against the reference
-// kernel in both layouts and dtypes, and the executor: the convolution's output is never
-// stored, the output is written over a dead residual, and results match the interpreter.
+// epilogue_fusion: a Convolution or FullyConnected with the add and relu after it becomes one
+// _fused_conv / _fused_fc, which oneDNN runs with post-ops. The pass (textual IR, positive
+// cases beside the conditions that forbid it), the ops' semantics on the reference
+// interpreter (the same bits as the unfused graph in f32, one rounding in bf16), oneDNN's
+// post-op primitives against the reference kernels in both layouts and dtypes, and the
+// executor: the op's output is never stored, the output is written over a dead residual,
+// and results match the interpreter.
 #include "engine/execution/executor.h"
-#include "engine/passes/conv_epilogue.h"
+#include "engine/passes/epilogue_fusion.h"
 
 #include "ir/text_format.h"
 #include "ir/type_inference.h"
@@ -64,9 +65,9 @@ constexpr const char* kConvAddRelu = R"(graph {
   return %y
 })";
 
-TEST(ConvEpilogue, AddAndReluBecomeOneFusedConvolution) {
+TEST(EpilogueFusion, AddAndReluBecomeOneFusedConvolution) {
   ir::Graph g = parsed(kConvAddRelu);
-  EXPECT_EQ(engine::fuse_conv_epilogues(g, accept_all), 1);
+  EXPECT_EQ(engine::fuse_epilogues(g, accept_all), 1);
   ir::verify(g);
   EXPECT_FILECHECK(ir::print_graph(g), R"(
     CHECK-NOT: Convolution(
@@ -78,7 +79,7 @@ TEST(ConvEpilogue, AddAndReluBecomeOneFusedConvolution) {
 
 // The shorter chains, both operand orders, broadcast_add of equal shapes, the relu op,
 // channels-last, no bias, and a residual fed by another fused convolution.
-TEST(ConvEpilogue, ShorterChainsAndEveryFormOfTheLinks) {
+TEST(EpilogueFusion, ShorterChainsAndEveryFormOfTheLinks) {
   struct Case {
     const char* name;
     std::string body;
@@ -89,6 +90,7 @@ TEST(ConvEpilogue, ShorterChainsAndEveryFormOfTheLinks) {
     %x = var input : f32[1,8,8,4]
     %w = var param : f32[4,3,3,4]
     %w2 = var param : f32[4,1,1,4]
+    %wf = var param : f32[4,4]
 )";
   const Case cases[] = {
       {"conv -> relu", R"(
@@ -117,6 +119,12 @@ TEST(ConvEpilogue, ShorterChainsAndEveryFormOfTheLinks) {
     return %y, %s
   })", 1, R"(CHECK: %s = _fused_conv(%x, %w, %x) {act_type="none", {{.*}}with_residual=true}
     CHECK-NEXT: %y = relu(%s))"},
+      {"FullyConnected -> add -> relu", R"(
+    %f = FullyConnected(%x, %wf) {num_hidden=4, flatten=false, no_bias=true}
+    %s = elemwise_add(%f, %x)
+    %y = relu(%s)
+    return %y
+  })", 1, R"(CHECK: %y = _fused_fc(%x, %wf, %x) {act_type="relu", flatten=false, no_bias=true, num_hidden=4, with_residual=true} : f32[1,8,8,4])"},
       {"two convolutions meet at one add: the first takes it", R"(
     %c1 = Convolution(%x, %w) {kernel=[3,3], num_filter=4, pad=[1,1], no_bias=true, layout="NHWC"}
     %c2 = Convolution(%x, %w2) {kernel=[1,1], num_filter=4, no_bias=true, layout="NHWC"}
@@ -129,7 +137,7 @@ TEST(ConvEpilogue, ShorterChainsAndEveryFormOfTheLinks) {
     SCOPED_TRACE(c.name);
     const ir::Graph original = parsed(head + c.body);
     ir::Graph g = original;
-    EXPECT_EQ(engine::fuse_conv_epilogues(g, accept_all), c.fused);
+    EXPECT_EQ(engine::fuse_epilogues(g, accept_all), c.fused);
     ir::verify(g);
     EXPECT_FILECHECK(ir::print_graph(g), c.check);
     EXPECT_EQ(relative_difference(original, g, 3), 0.0);
@@ -137,7 +145,7 @@ TEST(ConvEpilogue, ShorterChainsAndEveryFormOfTheLinks) {
 }
 
 // Each graph breaks one condition: nothing fuses and the graph stays as it was.
-TEST(ConvEpilogue, OnlyWhereNothingElseReadsTheLinksAndTypesAgree) {
+TEST(EpilogueFusion, OnlyWhereNothingElseReadsTheLinksAndTypesAgree) {
   const std::string head = R"(graph {
     %x = var input : f32[1,4,6,6]
     %w = var param : f32[4,4,3,3]
@@ -188,19 +196,19 @@ TEST(ConvEpilogue, OnlyWhereNothingElseReadsTheLinksAndTypesAgree) {
     SCOPED_TRACE(name);
     ir::Graph g = parsed(head + body);
     const std::string before = ir::print_graph(g);
-    EXPECT_EQ(engine::fuse_conv_epilogues(g, accept_all), 0);
+    EXPECT_EQ(engine::fuse_epilogues(g, accept_all), 0);
     EXPECT_EQ(ir::print_graph(g), before);
   }
   // A chain the predicate refuses (oneDNN would run it with a reference kernel) stays too.
   ir::Graph g = parsed(kConvAddRelu);
   const std::string before = ir::print_graph(g);
-  EXPECT_EQ(engine::fuse_conv_epilogues(g, [](const ir::Node&, std::span<const ir::TensorType>) { return false; }), 0);
+  EXPECT_EQ(engine::fuse_epilogues(g, [](const ir::Node&, std::span<const ir::TensorType>) { return false; }), 0);
   EXPECT_EQ(ir::print_graph(g), before);
 }
 
 // bf16: the fused op rounds once (the f32 sum), the graph twice (the convolution's output,
 // then the sum): within a bf16 rounding of each other, and not always equal.
-TEST(ConvEpilogue, Bf16RoundsOnceWhereTheGraphRoundedTwice) {
+TEST(EpilogueFusion, Bf16RoundsOnceWhereTheGraphRoundedTwice) {
   const char* text = R"(graph {
     %x = var input : bf16[1,8,7,7]
     %r = var input : bf16[1,8,7,7]
@@ -212,13 +220,13 @@ TEST(ConvEpilogue, Bf16RoundsOnceWhereTheGraphRoundedTwice) {
   })";
   const ir::Graph original = parsed(text);
   ir::Graph g = original;
-  ASSERT_EQ(engine::fuse_conv_epilogues(g, accept_all), 1);
+  ASSERT_EQ(engine::fuse_epilogues(g, accept_all), 1);
   const double d = relative_difference(original, g, 5);
   EXPECT_GT(d, 0.0);
   EXPECT_LT(d, 1.0 / 128);  // bf16 keeps 8 significant bits
 }
 
-TEST(ConvEpilogue, ResidualOfAnotherTypeIsATypeErrorNamingIt) {
+TEST(EpilogueFusion, ResidualOfAnotherTypeIsATypeErrorNamingIt) {
   EXPECT_EQ(error_message([] {
               parsed(R"(graph {
                 %x = var input : f32[1,4,6,6]
@@ -228,12 +236,12 @@ TEST(ConvEpilogue, ResidualOfAnotherTypeIsATypeErrorNamingIt) {
                 return %y
               })");
             }),
-            "node 3 'y' (_fused_conv): the residual f32[1,4,5,5] differs from the convolution's output f32[1,4,4,4]");
+            "node 3 'y' (_fused_conv): the residual f32[1,4,5,5] differs from the output f32[1,4,4,4]");
 }
 
 // oneDNN's post-op primitive against the reference kernel: both layouts, f32 and bf16, with
 // and without bias, residual and relu; never one of oneDNN's reference implementations.
-TEST(ConvEpilogue, OnednnPostOpsMatchTheReferenceKernel) {
+TEST(EpilogueFusion, OnednnPostOpsMatchTheReferenceKernel) {
   using runtime::onednn_check::filled;
   for (const bool nhwc : {false, true})
     for (const ir::DType dt : {ir::DType::f32, ir::DType::bf16})
@@ -267,10 +275,73 @@ TEST(ConvEpilogue, OnednnPostOpsMatchTheReferenceKernel) {
           }
 }
 
+// oneDNN's matmul with post-ops against the reference kernel: flatten and not, f32 and bf16,
+// with and without bias, residual and relu.
+TEST(EpilogueFusion, OnednnFullyConnectedPostOpsMatchTheReferenceKernel) {
+  using runtime::onednn_check::filled;
+  for (const bool flatten : {false, true})
+    for (const ir::DType dt : {ir::DType::f32, ir::DType::bf16})
+      for (const bool bias : {false, true})
+        for (const bool residual : {false, true})
+          for (const char* act : {"none", "relu"}) {
+            const ir::Shape xs = {2, 24, 64};
+            const ir::Shape ys = flatten ? ir::Shape{2, 96} : ir::Shape{2, 24, 96};
+            ir::Node n;
+            n.op = "_fused_fc";
+            n.name = "ff";
+            ir::Attrs a;
+            a.set("num_hidden", int64_t{96});
+            a.set("flatten", flatten);
+            a.set("no_bias", !bias);
+            a.set("with_residual", residual);
+            a.set("act_type", std::string(act));
+            n.attrs = ir::complete_attrs(ir::OpRegistry::global().get(n.op), a);
+            n.outputs = {{dt, ys}};
+            std::vector<runtime::Tensor> in = {filled({dt, xs}, 1),
+                                               filled({dt, {96, flatten ? int64_t{24 * 64} : int64_t{64}}}, 2)};
+            if (bias) in.push_back(filled({ir::DType::f32, {96}}, 3));
+            if (residual) in.push_back(filled({dt, ys}, 4));
+            SCOPED_TRACE(fmt::format("flatten {} {} bias {} residual {} {}", flatten, ir::dtype_name(dt), bias, residual,
+                                     act));
+            // Sums of up to 1536 products of values in [-1, 1]: f32 summation order shows.
+            const std::string impl = runtime::onednn_check::compare_node(n, in, dt == ir::DType::f32 ? 1e-4 : 3e-2);
+            EXPECT_FALSE(impl.empty());
+          }
+}
+
+// A Transformer feed-forward block through the executor: both FullyConnecteds take their
+// epilogue (relu; the residual add), and the result matches the interpreter.
+TEST(EpilogueFusion, ExecutorRunsAFeedForwardBlockWithPostOps) {
+  const char* text = R"(graph {
+    %x = var input : f32[1,16,32]
+    %w1 = var param : f32[64,32]
+    %b1 = var param : f32[64]
+    %w2 = var param : f32[32,64]
+    %b2 = var param : f32[32]
+    %h = FullyConnected(%x, %w1, %b1) {num_hidden=64, flatten=false}
+    %a = Activation(%h) {act_type="relu"}
+    %o = FullyConnected(%a, %w2, %b2) {num_hidden=32, flatten=false}
+    %y = elemwise_add(%x, %o)
+    %z = tanh(%y)
+    return %z
+  })";
+  const ir::Graph g = parsed(text);
+  engine::ExecutorOptions opts;
+  opts.constant_params = true;
+  opts.fuse_epilogues = true;
+  const engine::Executable exe = engine::Executable::compile(g, opts);
+  EXPECT_EQ(exe.compile_stats().fused_epilogues, 2);
+  EXPECT_EQ(count_op(exe.graph(), "_fused_fc"), 2);
+  const runtime::Bindings vars = runtime::random_bindings(g, 11);
+  const std::vector<runtime::Tensor> want = runtime::interpret(g, vars), got = exe.run(vars);
+  ASSERT_EQ(got.size(), 1u);
+  for (int64_t i = 0; i < want[0].size(); ++i) EXPECT_NEAR(got[0].get_f64(i), want[0].get_f64(i), 1e-5) << i;
+}
+
 // The executor (inference, constant params): every convolution of a residual block runs with
 // its epilogue, no fused kernel is left, the block's last convolution writes its output over
 // its dead residual, and the results match the interpreter on the original graph.
-TEST(ConvEpilogue, ExecutorWritesOverTheDeadResidualAndMatchesTheInterpreter) {
+TEST(EpilogueFusion, ExecutorWritesOverTheDeadResidualAndMatchesTheInterpreter) {
   const char* text = R"(graph {
     %x = var input : f32[1,6,6,16]
     %w1 = var param : f32[16,3,3,16]
@@ -289,14 +360,14 @@ TEST(ConvEpilogue, ExecutorWritesOverTheDeadResidualAndMatchesTheInterpreter) {
   const ir::Graph g = parsed(text);
   engine::ExecutorOptions opts;
   opts.constant_params = true;
-  opts.conv_epilogues = true;
+  opts.fuse_epilogues = true;
   const engine::Executable exe = engine::Executable::compile(g, opts);
-  EXPECT_EQ(exe.compile_stats().conv_epilogues, 3);
+  EXPECT_EQ(exe.compile_stats().fused_epilogues, 3);
   EXPECT_EQ(count_op(exe.graph(), "Convolution"), 1);  // %c4: nothing after it
   for (const engine::PlanStep& step : exe.plan().steps) EXPECT_FALSE(std::holds_alternative<engine::FusedKernel>(step));
   // %a1 dies at the third convolution, which writes %a3 over it.
   EXPECT_EQ(exe.compile_stats().in_place, 1);
-  EXPECT_EQ(engine::Executable::compile(g).compile_stats().conv_epilogues, 0);  // off by default
+  EXPECT_EQ(engine::Executable::compile(g).compile_stats().fused_epilogues, 0);  // off by default
 
   for (uint64_t seed : {7, 8}) {
     const runtime::Bindings vars = runtime::random_bindings(g, seed);
@@ -316,7 +387,7 @@ TEST(ConvEpilogue, ExecutorWritesOverTheDeadResidualAndMatchesTheInterpreter) {
 
 // A residual that is a variable (the caller's tensor) or that a later step still reads is
 // copied into the output first, never overwritten.
-TEST(ConvEpilogue, ExecutorCopiesAResidualThatLivesOn) {
+TEST(EpilogueFusion, ExecutorCopiesAResidualThatLivesOn) {
   const char* text = R"(graph {
     %x = var input : f32[1,16,5,5]
     %r = var input : f32[1,16,5,5]
@@ -332,10 +403,10 @@ TEST(ConvEpilogue, ExecutorCopiesAResidualThatLivesOn) {
   })";
   const ir::Graph g = parsed(text);
   engine::ExecutorOptions opts;
-  opts.conv_epilogues = true;
+  opts.fuse_epilogues = true;
   opts.layout = "keep";  // channels-last would put transposes between the convolutions and adds
   const engine::Executable exe = engine::Executable::compile(g, opts);
-  EXPECT_EQ(exe.compile_stats().conv_epilogues, 2);
+  EXPECT_EQ(exe.compile_stats().fused_epilogues, 2);
   EXPECT_EQ(exe.compile_stats().in_place, 0);
   const runtime::Bindings vars = runtime::random_bindings(g, 9);
   const runtime::Tensor r_before = vars.at("r").clone();
@@ -348,12 +419,12 @@ TEST(ConvEpilogue, ExecutorCopiesAResidualThatLivesOn) {
 }
 
 // Training compiles ignore the option: _fused_conv has no gradient.
-TEST(ConvEpilogue, TrainingCompilesKeepTheConvolutions) {
+TEST(EpilogueFusion, TrainingCompilesKeepTheConvolutions) {
   engine::ExecutorOptions opts;
-  opts.conv_epilogues = true;
+  opts.fuse_epilogues = true;
   opts.backward = engine::BackwardOptions{};
   const engine::Executable exe = engine::Executable::compile(parsed(kConvAddRelu), opts);
-  EXPECT_EQ(exe.compile_stats().conv_epilogues, 0);
+  EXPECT_EQ(exe.compile_stats().fused_epilogues, 0);
   EXPECT_EQ(count_op(exe.graph(), "_fused_conv"), 0);
 }
 

@@ -1,4 +1,4 @@
-#include "engine/passes/conv_epilogue.h"
+#include "engine/passes/epilogue_fusion.h"
 
 #include "engine/passes/graph_rebuilder.h"
 #include "ir/op_registry.h"
@@ -6,6 +6,7 @@
 
 #include <map>
 #include <optional>
+#include <string>
 
 namespace ampfuse::engine {
 
@@ -19,10 +20,17 @@ bool is_relu(const ir::Node& n) {
 
 bool is_add(const ir::Node& n) { return n.op == "elemwise_add" || n.op == "broadcast_add"; }
 
-// One chain to fuse: the convolution, the nodes after it, and what the fused node reads.
+// The op with an epilogue that `op` becomes, or "" when it has none.
+std::string fused_op(const std::string& op) {
+  if (op == "Convolution") return "_fused_conv";
+  if (op == "FullyConnected") return "_fused_fc";
+  return "";
+}
+
+// One chain to fuse: the op, the nodes after it, and what the fused node reads.
 struct Chain {
-  int32_t conv = -1;
-  std::vector<int32_t> absorbed;  // the convolution and the links before the last
+  int32_t op = -1;
+  std::vector<int32_t> absorbed;  // the op and the links before the last
   int32_t last = -1;              // the node whose value the fused node computes
   std::optional<ValueRef> residual;
   bool relu = false;
@@ -35,18 +43,18 @@ class ChainFinder {
       for (ValueRef in : g.nodes[i].inputs) reader_[in] = i;  // meaningful where uses == 1
   }
 
-  std::optional<Chain> from(int32_t conv) const {
-    const ir::Node& c = g_.nodes[conv];
-    if (c.op != "Convolution" || c.outputs.size() != 1) return std::nullopt;
+  std::optional<Chain> from(int32_t op) const {
+    const ir::Node& c = g_.nodes[op];
+    if (fused_op(c.op).empty() || c.outputs.size() != 1) return std::nullopt;
     const ir::TensorType& type = c.outputs[0];
     if (type.dtype != ir::DType::f32 && !ir::is_lowp(type.dtype)) return std::nullopt;
     Chain chain;
-    chain.conv = chain.last = conv;
-    // The add, when the convolution's value goes to one.
-    if (const int32_t next = sole_reader({conv, 0}); next >= 0 && is_add(g_.nodes[next])) {
+    chain.op = chain.last = op;
+    // The add, when the op's value goes to one.
+    if (const int32_t next = sole_reader({op, 0}); next >= 0 && is_add(g_.nodes[next])) {
       const ir::Node& add = g_.nodes[next];
-      const ValueRef other = add.inputs[add.inputs[0] == ValueRef{conv, 0} ? 1 : 0];
-      if (add.outputs.size() == 1 && add.outputs[0] == type && g_.type(other) == type && other != ValueRef{conv, 0}) {
+      const ValueRef other = add.inputs[add.inputs[0] == ValueRef{op, 0} ? 1 : 0];
+      if (add.outputs.size() == 1 && add.outputs[0] == type && g_.type(other) == type && other != ValueRef{op, 0}) {
         chain.absorbed.push_back(chain.last);
         chain.last = next;
         chain.residual = other;
@@ -58,7 +66,7 @@ class ChainFinder {
       chain.last = next;
       chain.relu = true;
     }
-    if (chain.last == conv) return std::nullopt;
+    if (chain.last == op) return std::nullopt;
     return chain;
   }
 
@@ -77,25 +85,25 @@ class ChainFinder {
   std::map<ValueRef, int32_t> reader_;
 };
 
-// The _fused_conv node of a chain, its inputs still the old graph's values.
+// The fused node of a chain, its inputs still the old graph's values.
 ir::Node fused_node(const ir::Graph& g, const Chain& chain) {
-  const ir::Node& conv = g.nodes[chain.conv];
+  const ir::Node& op = g.nodes[chain.op];
   ir::Node n;
-  n.op = "_fused_conv";
+  n.op = fused_op(op.op);
   n.name = g.nodes[chain.last].name;
-  n.inputs = conv.inputs;
-  ir::Attrs attrs = conv.attrs;
+  n.inputs = op.inputs;
+  ir::Attrs attrs = op.attrs;
   attrs.set("with_residual", chain.residual.has_value());
   attrs.set("act_type", std::string(chain.relu ? "relu" : "none"));
   if (chain.residual) n.inputs.push_back(*chain.residual);
   n.attrs = ir::complete_attrs(ir::OpRegistry::global().get(n.op), std::move(attrs));
-  n.outputs = conv.outputs;
+  n.outputs = op.outputs;
   return n;
 }
 
 }  // namespace
 
-int fuse_conv_epilogues(ir::Graph& g, const RunsFusedConv& runs_fused) {
+int fuse_epilogues(ir::Graph& g, const RunsFusedEpilogue& runs_fused) {
   const ChainFinder finder(g);
   std::map<int32_t, ir::Node> fused_at;  // last node of a chain -> its fused node
   std::vector<bool> absorbed(g.nodes.size(), false);
@@ -105,8 +113,8 @@ int fuse_conv_epilogues(ir::Graph& g, const RunsFusedConv& runs_fused) {
     ir::Node fused = fused_node(g, *chain);
     std::vector<ir::TensorType> types;
     for (ValueRef in : fused.inputs) types.push_back(g.type(in));
-    // Two convolutions may meet at one add (a projection shortcut): the first chain takes it,
-    // and the other convolution, its residual, stays.
+    // Two ops may meet at one add (a projection shortcut): the first chain takes it, and the
+    // other op, its residual, stays.
     if (absorbed[chain->last] || fused_at.count(chain->last) || (chain->residual && absorbed[chain->residual->node]))
       continue;
     if (!runs_fused(fused, types)) continue;
