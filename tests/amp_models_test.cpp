@@ -6,6 +6,7 @@
 #include "ir/text_format.h"
 #include "runtime/interpreter.h"
 #include "tests/amp_counts.h"
+#include "tests/graph_checks.h"
 
 #include <gtest/gtest.h>
 
@@ -65,10 +66,6 @@ engine::AmpOptions options(DType target) {
   engine::AmpOptions o;
   o.target = target;
   return o;
-}
-
-int count_op(const ir::Graph& g, const std::string& op) {
-  return static_cast<int>(std::count_if(g.nodes.begin(), g.nodes.end(), [&](const ir::Node& n) { return n.op == op; }));
 }
 
 TEST(AmpModels, EveryModelConvertsForBothTargets) {

@@ -13,6 +13,7 @@
 #include "ir/verifier.h"
 #include "runtime/interpreter.h"
 #include "tests/filecheck.h"
+#include "tests/graph_checks.h"
 #include "tests/onednn_check.h"
 #include "tests/test_util.h"
 
@@ -24,34 +25,7 @@
 namespace ampfuse::testing {
 namespace {
 
-ir::Graph parsed(const std::string& text) {
-  ir::Graph g = ir::parse_graph(text);
-  ir::infer_types(g);
-  return g;
-}
-
 bool accept_all(const ir::Node&, std::span<const ir::TensorType>) { return true; }
-
-int count_op(const ir::Graph& g, const std::string& op) {
-  int n = 0;
-  for (const ir::Node& node : g.nodes) n += node.op == op;
-  return n;
-}
-
-// Largest |a - b| over two graphs' outputs on the interpreter, relative to the largest |a|.
-double relative_difference(const ir::Graph& a, const ir::Graph& b, uint64_t seed) {
-  const runtime::Bindings vars = runtime::random_bindings(a, seed);
-  const std::vector<runtime::Tensor> x = runtime::interpret(a, vars), y = runtime::interpret(b, vars);
-  double worst = 0, largest = 0;
-  for (size_t k = 0; k < x.size(); ++k) {
-    EXPECT_EQ(x[k].type(), y[k].type()) << "output " << k;
-    for (int64_t i = 0; i < x[k].size(); ++i) {
-      worst = std::max(worst, std::fabs(x[k].get_f64(i) - y[k].get_f64(i)));
-      largest = std::max(largest, std::fabs(x[k].get_f64(i)));
-    }
-  }
-  return worst / std::max(largest, 1e-30);
-}
 
 // A pre-activation residual block's tail, resnet v1 style: conv + residual, then relu.
 constexpr const char* kConvAddRelu = R"(graph {

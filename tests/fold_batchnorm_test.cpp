@@ -11,6 +11,7 @@
 #include "ir/verifier.h"
 #include "runtime/interpreter.h"
 #include "tests/filecheck.h"
+#include "tests/graph_checks.h"
 
 #include <gtest/gtest.h>
 
@@ -19,12 +20,6 @@
 
 namespace ampfuse::testing {
 namespace {
-
-ir::Graph parsed(const std::string& text) {
-  ir::Graph g = ir::parse_graph(text);
-  ir::infer_types(g);
-  return g;
-}
 
 // conv -> BN -> Pooling: no elementwise op after the BatchNorm to fuse with.
 constexpr const char* kConvBnPool = R"(graph {
@@ -40,27 +35,6 @@ constexpr const char* kConvBnPool = R"(graph {
   %pool = Pooling(%bn) {kernel=[2,2], stride=[2,2]}
   return %pool
 })";
-
-// Largest |a - b| over both graphs' outputs, relative to the largest |value|.
-double relative_difference(const ir::Graph& a, const ir::Graph& b, uint64_t seed) {
-  const runtime::Bindings vars = runtime::random_bindings(a, seed);
-  const std::vector<runtime::Tensor> x = runtime::interpret(a, vars), y = runtime::interpret(b, vars);
-  double worst = 0, largest = 0;
-  for (size_t k = 0; k < x.size(); ++k) {
-    EXPECT_EQ(x[k].type(), y[k].type()) << "output " << k;
-    for (int64_t i = 0; i < x[k].size(); ++i) {
-      worst = std::max(worst, std::fabs(x[k].get_f64(i) - y[k].get_f64(i)));
-      largest = std::max(largest, std::fabs(x[k].get_f64(i)));
-    }
-  }
-  return worst / std::max(largest, 1e-30);
-}
-
-int count_op(const ir::Graph& g, const std::string& op) {
-  int n = 0;
-  for (const ir::Node& node : g.nodes) n += node.op == op;
-  return n;
-}
 
 // BatchNorm nodes that read more than the weights: what folding removes (the folded
 // weight and bias are computed by BatchNorms on parameters alone).

@@ -6,6 +6,7 @@
 #include "ir/verifier.h"
 #include "runtime/interpreter.h"
 #include "tests/filecheck.h"
+#include "tests/graph_checks.h"
 #include "tests/test_util.h"
 
 #include <gtest/gtest.h>
@@ -23,10 +24,6 @@ ir::Graph optimized(const char* text, bool expect_change = true) {
   EXPECT_EQ(engine::layout_optimize(g, "nhwc"), expect_change);
   ir::verify(g);
   return g;
-}
-
-int count_op(const ir::Graph& g, const std::string& op) {
-  return static_cast<int>(std::count_if(g.nodes.begin(), g.nodes.end(), [&](const ir::Node& n) { return n.op == op; }));
 }
 
 TEST(LayoutOptimize, ConvolutionRunsChannelsLastBetweenTwoTransposes) {

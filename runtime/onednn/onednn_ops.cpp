@@ -302,13 +302,16 @@ std::function<void(InPtrs, OutPtrs, WeightSlot)> run_with_weights(Prim prim, mem
   };
 }
 
-// Convolution and Deconvolution (the data gradient of a convolution).
+// Convolution and Deconvolution (the data gradient of a convolution); _fused_conv
+// (ir/ops/nn_epilogue.cpp) with its epilogue as post-ops.
 Prepared prepare_convolution(const Node& n, Types in, Types out, bool deconv) {
-  require_inputs(n, in, 2, 3);
+  std::optional<Epilogue> epilogue;
+  if (n.op == "_fused_conv") epilogue = epilogue_of(n, in, out);
+  else require_inputs(n, in, 2, 3);
   const TensorType& x = in[0];
   if (in[1].dtype != x.dtype) refuse("weight {} differs from data {}", ir::dtype_name(in[1].dtype), ir::dtype_name(x.dtype));
   const ir::nn::ConvGeometry geo = ir::nn::conv_geometry(n.attrs, x.shape, deconv);
-  const bool has_bias = in.size() > 2;
+  const bool has_bias = epilogue ? !n.attrs.get_bool("no_bias") : in.size() > 2;
   memory::desc src = channels_desc(x.shape, x.dtype, geo.channels_last);
   memory::desc dst = channels_desc(out[0].shape, out[0].dtype, geo.channels_last);
   const memory::desc wuser = mxnet_weight_desc(geo, in[1]);
@@ -345,31 +348,10 @@ Prepared prepare_convolution(const Node& n, Types in, Types out, bool deconv) {
   }
   dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, src,
                                     any_layout(wuser), bias_desc, dst, w.strides, w.dilates, w.pad_left, w.pad_right);
-  dnnl::convolution_forward::primitive_desc pd(d, scratchpad_attr(), cpu_engine());
-  return Prepared{pd.impl_info_str(), run_with_weights(dnnl::convolution_forward(pd), src, wuser, pd.weights_desc(),
-                                                       bias_desc, dst, has_bias)};
-}
-
-// _fused_conv (ir/ops/nn_epilogue.cpp): the forward convolution with its epilogue as
-// post-ops (Epilogue, below).
-Prepared prepare_fused_convolution(const Node& n, Types in, Types out) {
-  const Epilogue e = epilogue_of(n, in, out);
-  const bool has_bias = !n.attrs.get_bool("no_bias");
-  const TensorType& x = in[0];
-  if (in[1].dtype != x.dtype) refuse("weight {} differs from data {}", ir::dtype_name(in[1].dtype), ir::dtype_name(x.dtype));
-  const ir::nn::ConvGeometry geo = ir::nn::conv_geometry(n.attrs, x.shape, false);
-  const memory::desc src = channels_desc(x.shape, x.dtype, geo.channels_last);
-  const memory::desc dst = channels_desc(out[0].shape, out[0].dtype, geo.channels_last);
-  const memory::desc wuser = mxnet_weight_desc(geo, in[1]);
-  memory::desc bias_desc;
-  if (has_bias) bias_desc = memory::desc({geo.out_channels}, dnnl_type(in[2].dtype), memory::format_tag::a);
-  const ConvWindow w = conv_window(geo, false);
-  dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, src,
-                                    any_layout(wuser), bias_desc, dst, w.strides, w.dilates, w.pad_left, w.pad_right);
-  dnnl::convolution_forward::primitive_desc pd(d, e.attr, cpu_engine());
-  return e.wrap(Prepared{pd.impl_info_str(), run_with_weights(dnnl::convolution_forward(pd), src, wuser,
-                                                              pd.weights_desc(), bias_desc, dst, has_bias)},
-                dst.get_size());
+  dnnl::convolution_forward::primitive_desc pd(d, epilogue ? epilogue->attr : scratchpad_attr(), cpu_engine());
+  Prepared p{pd.impl_info_str(), run_with_weights(dnnl::convolution_forward(pd), src, wuser, pd.weights_desc(),
+                                                  bias_desc, dst, has_bias)};
+  return epilogue ? epilogue->wrap(std::move(p), dst.get_size()) : p;
 }
 
 // _backward_Convolution_weight(data, out_grad): oneDNN's backward-weights convolution,
@@ -594,7 +576,8 @@ Builder builder_for(const std::string& op) {
     return [](const Node& n, Types in, Types out) { return prepare_convolution(n, in, out, false); };
   if (op == "Deconvolution")
     return [](const Node& n, Types in, Types out) { return prepare_convolution(n, in, out, true); };
-  if (op == "_fused_conv") return prepare_fused_convolution;
+  if (op == "_fused_conv")
+    return [](const Node& n, Types in, Types out) { return prepare_convolution(n, in, out, false); };
   // Bilinear UpSampling is a depthwise Deconvolution (ir/ops/index_shapes.h); nearest runs on
   // its reference kernel.
   if (op == "UpSampling")
