@@ -4,6 +4,7 @@
 // way in and out, which is exact. The windows (1-D to 3-D as 3-D) are in sliding_window.h.
 #include "ir/error.h"
 #include "ir/ops/nn_params.h"
+#include "runtime/interpreter.h"
 #include "runtime/reference/gemm.h"
 #include "runtime/reference/kernel_io.h"
 #include "runtime/reference/nn_kernel_families.h"
@@ -86,7 +87,7 @@ void conv_kernel(const ir::Node& node, std::span<const Tensor> in, std::span<Ten
     (deconv ? deconvolution<T> : convolution<T>)(g, w, x.data(), weight.data(), bias.empty() ? nullptr : bias.data(),
                                                  y.data());
     if (g.channels_last) y = transpose_last_two(y, g.batch, g.out_channels, spatial_out);
-    if (fused) apply_epilogue(node, in, y);
+    if (fused) apply_epilogue(node, in, y, out[0].shape());
     store(y, out[0]);
   });
 }
@@ -151,6 +152,24 @@ void register_conv_kernels() {
     conv_kernel(n, in, out, false);
   });
   register_reference_kernel("Pooling", pooling_kernel);
+}
+
+Tensor apply_epilogue(const ir::Node& node, std::span<const Tensor> in, Tensor y) {
+  const TensorType type = y.type();
+  const auto by_recipe = [&](const std::string& op, std::vector<Tensor> operands) {
+    ir::Node n;
+    n.op = op;
+    n.name = node.name;
+    n.outputs = {type};
+    return std::move(eval_recipe(n, operands, std::span<const TensorType>(&type, 1)).front());
+  };
+  if (node.attrs.get_bool("with_residual")) {
+    Tensor residual(type);  // widened exactly to the compute type
+    store(load<double>(in.back()), residual);
+    y = by_recipe("elemwise_add", {std::move(y), std::move(residual)});
+  }
+  if (node.attrs.get_string("act_type") == "relu") y = by_recipe("relu", {std::move(y)});
+  return y;
 }
 
 }  // namespace ampfuse::runtime::ref

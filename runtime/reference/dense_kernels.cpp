@@ -30,7 +30,7 @@ void fully_connected(const ir::Node& node, std::span<const Tensor> in, std::span
       for (int64_t r = 0; r < rows; ++r)
         for (int64_t h = 0; h < hidden; ++h) y[r * hidden + h] += b[h];
     }
-    if (fused) apply_epilogue(node, in, y);
+    if (fused) apply_epilogue(node, in, y, out[0].shape());
     store(y, out[0]);
   });
 }

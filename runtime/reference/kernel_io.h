@@ -6,14 +6,11 @@
 // rounds twice.
 #pragma once
 
-#include "ir/graph.h"
 #include "ir/lowp.h"
 #include "runtime/tensor.h"
 
-#include <cmath>
 #include <cstdint>
 #include <initializer_list>
-#include <span>
 #include <vector>
 
 namespace ampfuse::runtime::ref {
@@ -101,19 +98,6 @@ inline int64_t extent(const ir::Shape& s, size_t begin, size_t end) {
   int64_t n = 1;
   for (size_t i = begin; i < end; ++i) n *= s[i];
   return n;
-}
-
-// _fused_conv's and _fused_fc's epilogue on their compute-type result y: + the residual
-// (their last input, with with_residual), then the activation (ir/ops/nn_epilogue.cpp); the
-// caller rounds once when it stores.
-template <class T>
-void apply_epilogue(const ir::Node& node, std::span<const Tensor> in, std::vector<T>& y) {
-  if (node.attrs.get_bool("with_residual")) {
-    const std::vector<T> residual = load<T>(in.back());
-    for (size_t i = 0; i < y.size(); ++i) y[i] += residual[i];
-  }
-  if (node.attrs.get_string("act_type") == "relu")
-    for (T& v : y) v = std::isnan(v) || v > T(0) ? v : T(0);  // the relu recipe: max(v, 0)
 }
 
 }  // namespace ampfuse::runtime::ref
