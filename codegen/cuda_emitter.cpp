@@ -311,6 +311,9 @@ class CudaKernelWriter {
       : sig_(sig), name_(name), f64_(sig.compute == DType::f64), c_(f64_ ? "double" : "float") {
     if (sig.compute != DType::f32 && sig.compute != DType::f64)
       fail("kernel '{}': compute type {} is not f32 or f64", name, ir::dtype_name(sig.compute));
+    if (sig.row)
+      fail("kernel '{}': row kernels ({}) are generated for the CPU only; the planner keeps them off the GPU", name,
+           row_op_name(sig.row->op));
     needed_.assign(sig.inputs.size(), false);
     for (const ir::ScalarInstr& s : sig.body.instrs)
       if (s.op == ScalarOp::input && s.index < num_inputs()) needed_[s.index] = true;

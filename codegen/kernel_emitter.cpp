@@ -185,7 +185,7 @@ void KernelEmitter::store_flags(const std::vector<Value*>& accumulators) {
 }
 
 void KernelEmitter::counted_loop(const char* name, Value* from, Value* to, Value* step,
-                                 const std::function<void(Value*)>& body, unsigned vector_width) {
+                                 const std::function<void(Value*)>& body, unsigned vector_width, bool fold_tail) {
   llvm::BasicBlock* pre = b_.GetInsertBlock();
   llvm::BasicBlock* header = llvm::BasicBlock::Create(ctx_, name, fn_);
   llvm::BasicBlock* after = llvm::BasicBlock::Create(ctx_, std::string(name) + ".end", fn_);
@@ -197,14 +197,18 @@ void KernelEmitter::counted_loop(const char* name, Value* from, Value* to, Value
   Value* next = b_.CreateNUWAdd(iv, step);
   iv->addIncoming(next, b_.GetInsertBlock());
   llvm::BranchInst* latch = b_.CreateCondBr(b_.CreateICmpULT(next, to), header, after);
-  if (vector_width > 0) {
+  if (vector_width > 0 || fold_tail) {
     // A width alone, not vectorize.enable: a body LLVM cannot vectorize (a library call)
     // then stays scalar without a "loop not vectorized" warning on stderr.
     auto hint = [&](const char* name, int value) -> llvm::Metadata* {
       return llvm::MDNode::get(ctx_, {llvm::MDString::get(ctx_, name), llvm::ConstantAsMetadata::get(b_.getInt32(value))});
     };
     llvm::TempMDTuple self = llvm::MDNode::getTemporary(ctx_, {});
-    std::vector<llvm::Metadata*> ops = {self.get(), hint("llvm.loop.vectorize.width", static_cast<int>(vector_width))};
+    std::vector<llvm::Metadata*> ops = {self.get()};
+    if (vector_width > 0) ops.push_back(hint("llvm.loop.vectorize.width", static_cast<int>(vector_width)));
+    if (fold_tail) {
+      ops.push_back(hint("llvm.loop.interleave.count", 1));
+    }
     if (vector_width == kScalarLoop) {
       ops.push_back(hint("llvm.loop.interleave.count", 1));
       ops.push_back(llvm::MDNode::get(ctx_, {llvm::MDString::get(ctx_, "llvm.loop.unroll.disable")}));
@@ -229,6 +233,15 @@ Value* KernelEmitter::strided_offset(int k, Value* base, const std::vector<std::
 }
 
 void KernelEmitter::emit(const std::string& symbol) {
+  if (sig_.row) {
+    begin_function(symbol, llvm::Function::ExternalLinkage);
+    // Row kernels are bound by their exponentials, not by memory: full-width vectors where
+    // the CPU has them (LLVM's tuning for AVX-512 CPUs otherwise stops at 256 bits; on AVX2
+    // the widest is 256 whatever this says).
+    fn_->addFnAttr("prefer-vector-width", "512");
+    emit_rows();
+    return;
+  }
   if (!sig_.flat() && !wants_tiles()) {
     begin_function(symbol, llvm::Function::ExternalLinkage);
     emit_strided();

@@ -55,6 +55,12 @@ class KernelEmitter {
   void emit_flat_loop(bool streaming);
   void emit_flat_dispatch(const std::string& symbol, llvm::Function* loop, llvm::Function* stream);
   void emit_strided();
+  // Row kernels (codegen/row_loops.cpp): begin/end are rows; three passes over each row.
+  void emit_rows();
+  // Loads (tagged, widened) the inputs `p` reads at `offsets` (one per operand), then
+  // `extra` after the parameters; returns what p's inputs bind to.
+  std::vector<Value*> program_inputs(const ir::ScalarProgram& p, const std::vector<Value*>& offsets,
+                                     const std::vector<Value*>& extra = {});
   // Transposes: whole slabs of the two innermost dimensions; emit_tiles interchanges the
   // loops (a transposed output), emit_staged_tiles transposes in registers.
   bool wants_tiles() const;
@@ -87,14 +93,17 @@ class KernelEmitter {
   void guarded_loop_value(Value* from, Value* to, const std::function<void(Value*, Value*)>& body);
   // counted_loop that runs no iteration when from >= to.
   void guarded_loop(const char* name, Value* from, Value* to, Value* step, const std::function<void(Value*)>& body,
-                    unsigned vector_width = 0);
+                    unsigned vector_width = 0, bool fold_tail = false);
   // for (iv = from; iv < to; iv += step) body(iv), for from < to (checked by the caller).
   // A nonzero vector_width asks the loop vectorizer for that many lanes; kScalarLoop keeps
   // the loop as written (neither vectorized, interleaved nor unrolled): for short remainder
   // loops whose vector forms would cost more compile time than they save run time.
+  // `fold_tail` asks for the last partial vector as masked loads and stores instead of a
+  // scalar remainder loop, and no interleaving: for short loops of costly bodies (a row
+  // kernel's 100 columns would otherwise run 36 of them one by one).
   static constexpr unsigned kScalarLoop = 1;
   void counted_loop(const char* name, Value* from, Value* to, Value* step, const std::function<void(Value*)>& body,
-                    unsigned vector_width = 0);
+                    unsigned vector_width = 0, bool fold_tail = false);
   // Offset of a strided operand's element: `base` plus index * stride for the listed dims.
   Value* strided_offset(int k, Value* base, const std::vector<std::pair<int, Value*>>& dims);
   // One element: loads at `offsets` (nullptr: element 0), the body, the stores, and the

@@ -53,28 +53,57 @@ void validate_operand(const KernelSpec& spec, const OperandSpec& o, int k, bool 
     fail("kernel '{}': {} addresses elements beyond 2^63", spec.name, operand_label(spec, k));
 }
 
-void validate_body(const KernelSpec& spec) {
-  const ir::ScalarProgram& p = spec.body;
-  const int expected_inputs = static_cast<int>(spec.inputs.size()) + spec.num_params;
+// `what` ("body", "row data") names the program in errors; it must read `expected_inputs`
+// and give `expected_results`.
+void validate_program(const KernelSpec& spec, const ir::ScalarProgram& p, const char* what, int expected_inputs,
+                      size_t expected_results) {
   if (p.num_inputs != expected_inputs)
-    fail("kernel '{}': the body reads {} inputs but the kernel has {} operands and {} parameters", spec.name,
-         p.num_inputs, spec.inputs.size(), spec.num_params);
-  if (p.results.size() != spec.outputs.size())
-    fail("kernel '{}': the body has {} results for {} outputs", spec.name, p.results.size(), spec.outputs.size());
+    fail("kernel '{}': the {} reads {} inputs but the kernel has {} operands and {} parameters{}", spec.name, what,
+         p.num_inputs, spec.inputs.size(), spec.num_params, spec.row && what[0] == 'b' ? " and the row result" : "");
+  if (p.results.size() != expected_results)
+    fail("kernel '{}': the {} has {} results for {}", spec.name, what, p.results.size(),
+         what[0] == 'b' ? fmt::format("{} outputs", expected_results) : std::string("the row's one value"));
   for (size_t i = 0; i < p.instrs.size(); ++i) {
     const ir::ScalarInstr& s = p.instrs[i];
     const int arity = ir::scalar_op_arity(s.op);
     const int32_t operands[] = {s.a, s.b, s.c};
     for (int j = 0; j < arity; ++j)
       if (operands[j] < 0 || operands[j] >= static_cast<int32_t>(i))
-        fail("kernel '{}': body instruction %{} ({}) uses %{}, which is not defined before it", spec.name, i,
+        fail("kernel '{}': {} instruction %{} ({}) uses %{}, which is not defined before it", spec.name, what, i,
              ir::scalar_op_name(s.op), operands[j]);
     if (s.op == ir::ScalarOp::input && (s.index < 0 || s.index >= p.num_inputs))
-      fail("kernel '{}': body instruction %{} reads input {} of {}", spec.name, i, s.index, p.num_inputs);
+      fail("kernel '{}': {} instruction %{} reads input {} of {}", spec.name, what, i, s.index, p.num_inputs);
   }
   for (int32_t r : p.results)
     if (r < 0 || static_cast<size_t>(r) >= p.instrs.size())
-      fail("kernel '{}': body result %{} is not defined", spec.name, r);
+      fail("kernel '{}': {} result %{} is not defined", spec.name, what, r);
+}
+
+void validate_row(const KernelSpec& spec) {
+  const RowSpec& row = *spec.row;
+  if (spec.shape.empty()) fail("kernel '{}': a row kernel needs rank 1 or more", spec.name);
+  if (spec.compute != ir::DType::f32) fail("kernel '{}': a row kernel computes in f32, not {}", spec.name, ir::dtype_name(spec.compute));
+  if (!spec.flags.empty()) fail("kernel '{}': a row kernel has no flags", spec.name);
+  for (ir::DType t : {row.data_dtype, row.result_dtype})
+    if (!ir::is_float(t) || t == ir::DType::f64)
+      fail("kernel '{}': the row {} reads and gives f32, f16 or bf16, not {}", spec.name, row_op_name(row.op), ir::dtype_name(t));
+  validate_program(spec, row.data, "row data", static_cast<int>(spec.inputs.size()) + spec.num_params, 1);
+  for (const ir::ScalarInstr& s : row.data.instrs)
+    if (ir::reads_element_index(s.op)) fail("kernel '{}': the row data draws random bits", spec.name);
+  const bool affine = row.op == RowOp::layer_norm;
+  const int n_in = static_cast<int>(spec.inputs.size());
+  for (int k : {row.gamma, row.beta}) {
+    if (!affine && k != -1) fail("kernel '{}': {} has no gamma or beta", spec.name, row_op_name(row.op));
+    if (affine && (k < 0 || k >= n_in)) fail("kernel '{}': layer_norm's gamma or beta is input {} of {}", spec.name, k, n_in);
+  }
+}
+
+void validate_body(const KernelSpec& spec) {
+  const int expected = static_cast<int>(spec.inputs.size()) + spec.num_params + (spec.row ? 1 : 0);
+  validate_program(spec, spec.body, "body", expected, spec.outputs.size());
+  if (spec.row && ir::uses_element_index(spec.body))
+    fail("kernel '{}': the body of a row kernel draws random bits", spec.name);
+  if (spec.row) validate_row(spec);
 }
 
 Layout classify(const std::vector<int64_t>& shape, const std::vector<int64_t>& strides) {
@@ -263,6 +292,15 @@ bool is_transposed(const OperandSignature& o, int rank) {
          o.strides[rank - 2] == StrideClass::unit;
 }
 
+const char* row_op_name(RowOp op) {
+  switch (op) {
+    case RowOp::softmax: return "softmax";
+    case RowOp::log_softmax: return "log_softmax";
+    case RowOp::layer_norm: return "layer_norm";
+  }
+  return "?";
+}
+
 int64_t KernelSpec::num_elements() const { return ir::num_elements(shape); }
 
 void KernelSpec::validate() const {
@@ -295,8 +333,9 @@ void coalesce_dimensions(KernelSpec& spec) {
   for (OperandSpec& o : spec.outputs) operands.push_back(&o);
   for (const OperandSpec* o : operands)
     if (o->strides.size() != spec.shape.size()) return;  // validate() names the operand
-  // Walk from the innermost dimension out, folding dimension d into the one after it.
-  for (size_t d = spec.shape.size() - 1; d-- > 0;) {
+  // Walk from the innermost dimension out, folding dimension d into the one after it. A row
+  // kernel's innermost dimension is its row: only the dimensions outside it merge.
+  for (size_t d = spec.shape.size() - (spec.row ? 2 : 1); d-- > 0;) {
     const int64_t outer = spec.shape[d], inner = spec.shape[d + 1];
     bool joins = true;
     for (const OperandSpec* o : operands)
@@ -329,12 +368,13 @@ KernelSignature signature(const KernelSpec& spec) {
   sig.body = spec.body;
   for (const FlagSpec& f : spec.flags) sig.flags.push_back(f.operands);
 
+  sig.row = spec.row;
   bool any_strided = false;
   int64_t reach = spec.num_elements();
   auto describe = [&](const OperandSpec& o) {
     OperandSignature s;
     s.dtype = o.dtype;
-    s.layout = classify(spec.shape, o.strides);
+    s.layout = spec.row ? Layout::strided : classify(spec.shape, o.strides);
     if (s.layout == Layout::strided) {
       any_strided = true;
       for (size_t d = 0; d < spec.shape.size(); ++d) s.strides.push_back(stride_class(o.strides[d]));
@@ -347,13 +387,14 @@ KernelSignature signature(const KernelSpec& spec) {
   if (any_strided) {
     sig.rank = static_cast<int>(spec.shape.size());
     sig.wide_index = reach >= kInt32Limit;
-    choose_tile(spec, sig);
+    if (!spec.row) choose_tile(spec, sig);
   }
   return sig;
 }
 
 std::string KernelSignature::key() const {
   // "<compute>|r<rank>[w][|t<tile>]|p<params>|in <operands>|out <operands>|flags <lists>|<body>"
+  // and for row kernels "|row <op> <x dtype> <y dtype> <constant> <gamma>,<beta> <data>"
   KeyBuffer b;
   append(b, ir::dtype_name(compute));
   append(b, "|r");
@@ -385,6 +426,19 @@ std::string KernelSignature::key() const {
   }
   b.push_back('|');
   body_key(b, body);
+  if (row) {
+    append(b, "|row ");
+    append(b, row_op_name(row->op));
+    b.push_back(' ');
+    append(b, ir::dtype_name(row->data_dtype));
+    b.push_back(' ');
+    append(b, ir::dtype_name(row->result_dtype));
+    append_hex_float(b, ' ', row->constant);
+    append_int(b, ' ', row->gamma);
+    append_int(b, ',', row->beta);
+    b.push_back(' ');
+    body_key(b, row->data);
+  }
   return fmt::to_string(b);
 }
 
@@ -401,6 +455,15 @@ std::string print_kernel_spec(const KernelSpec& spec) {
   for (size_t k = 0; k < spec.inputs.size(); ++k) line("in ", spec.inputs[k], sig.inputs[k]);
   for (size_t k = 0; k < spec.outputs.size(); ++k) line("out", spec.outputs[k], sig.outputs[k]);
   for (const FlagSpec& f : spec.flags) s += fmt::format("  flag '{}': any non-finite over operands {}\n", f.name, fmt::join(f.operands, ", "));
+  if (const auto& row = spec.row) {
+    s += fmt::format("  row {} over dimension {}: x ({}) =\n", row_op_name(row->op), spec.shape.size() - 1,
+                     ir::dtype_name(row->data_dtype));
+    s += ir::print_scalar_program(row->data);
+    s += fmt::format("  y ({}) = {}(x{}{}); body (y is input {}) =\n", ir::dtype_name(row->result_dtype),
+                     row_op_name(row->op), row->op == RowOp::layer_norm ? ", eps " : ", t ", row->constant,
+                     row->op == RowOp::layer_norm ? fmt::format(", gamma input {}, beta input {}", row->gamma, row->beta) : "",
+                     spec.inputs.size() + spec.num_params);
+  }
   s += ir::print_scalar_program(spec.body);
   return s;
 }

@@ -11,6 +11,7 @@
 #include "ir/scalar_program.h"
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -36,6 +37,32 @@ struct FlagSpec {
   std::vector<int> operands;  // 0..inputs-1: inputs; inputs..inputs+outputs-1: outputs
 };
 
+// A row operation at the centre of a kernel (codegen/row_loops.cpp): per row of the
+// iteration space's innermost dimension, the kernel evaluates x = `data` at every column,
+// computes y = op(row of x) in f32, and then the body at every column with y as one more
+// input. So elementwise ops before the row op (`data`) and after it (the body) share its one
+// pass over memory, and the casts around it cost nothing.
+enum class RowOp : uint8_t {
+  softmax,      // y = exp((x - max) / t) / sum of them        (constant: the temperature t)
+  log_softmax,  // y = (x - max) / t - log(sum of exp((x - max) / t))
+  layer_norm,   // y = (x - mean) / sqrt(var + eps) * gamma + beta   (constant: eps)
+};
+const char* row_op_name(RowOp op);
+
+struct RowSpec {
+  RowOp op = RowOp::softmax;
+  // x at one element: result 0 of this program, whose inputs are the kernel's (input
+  // operands, then parameters, as the body's), rounded to data_dtype: the value the
+  // interpreter stores between the ops before the row op and the row op.
+  ir::ScalarProgram data;
+  ir::DType data_dtype = ir::DType::f32;
+  // y is rounded to this (the row op's output dtype) before the body reads it.
+  ir::DType result_dtype = ir::DType::f32;
+  double constant = 1.0;  // softmax, log_softmax: the temperature; layer_norm: eps
+  int gamma = -1, beta = -1;  // layer_norm: the input operands of gamma and beta, read at the column
+  friend bool operator==(const RowSpec&, const RowSpec&) = default;
+};
+
 struct KernelSpec {
   std::string name;            // for dumps and error messages
   std::vector<int64_t> shape;  // the iteration space; rank 0 (one element) to kMaxRank
@@ -50,6 +77,10 @@ struct KernelSpec {
   // output's dtype by the round_to rules of ir/scalar_program.h.
   ir::ScalarProgram body;
   std::vector<FlagSpec> flags;
+  // A row kernel: the body reads y as its input after the parameters. Rank 1 or more; the
+  // innermost dimension is the row; compute f32; no flags. The launch splits whole rows
+  // between threads (the function's begin/end are row indices).
+  std::optional<RowSpec> row;
 
   int64_t num_elements() const;
   // Throws ampfuse::Error naming the kernel and the operand, dimension or instruction at fault.
@@ -119,10 +150,13 @@ struct KernelSignature {
   std::vector<std::vector<int>> flags;  // operand lists
   // Offsets need int64 (some extent or offset can pass 2^31); else int32 arithmetic.
   bool wide_index = false;
+  // Row kernels: every operand is strided (its innermost stride class is what the column
+  // loops vectorize on), and rank is the spec's.
+  std::optional<RowSpec> row;
   TileShape tile = TileShape::none;
   int tile_extent = 0;  // the narrow tiles' rows or columns, else 0
 
-  bool flat() const { return rank == 0; }  // every operand contiguous or scalar
+  bool flat() const { return rank == 0; }  // every operand contiguous or scalar (never a row kernel)
   std::string key() const;
 };
 

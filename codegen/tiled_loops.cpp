@@ -62,8 +62,8 @@ void KernelEmitter::if_then(Value* cond, const std::function<void()>& then) {
 }
 
 void KernelEmitter::guarded_loop(const char* name, Value* from, Value* to, Value* step,
-                                 const std::function<void(Value*)>& body, unsigned vector_width) {
-  if_then(b_.CreateICmpULT(from, to), [&] { counted_loop(name, from, to, step, body, vector_width); });
+                                 const std::function<void(Value*)>& body, unsigned vector_width, bool fold_tail) {
+  if_then(b_.CreateICmpULT(from, to), [&] { counted_loop(name, from, to, step, body, vector_width, fold_tail); });
 }
 
 void KernelEmitter::guarded_loop_value(Value* from, Value* to, const std::function<void(Value*, Value*)>& body) {

@@ -1,5 +1,7 @@
 #include "engine/lower.h"
 
+#include "engine/planning/row_fusion.h"
+
 #include "engine/passes/amp_convert.h"
 #include "engine/passes/cast_fold.h"
 #include "engine/passes/compute_in_f32.h"
@@ -197,6 +199,8 @@ Lowered lower(ir::Graph g, const LowerOptions& opts) {
   PlannerOptions planner = opts.planner;
   if (opts.backward) planner.backward_nodes = backward_nodes(out.graph, forward_nodes);
   out.plan = with_context("plan-fusion", [&] { return plan_fusion(out.graph, planner); });
+  if (planner.row_kernels)
+    out.stats.row_kernels = with_context("row-kernels", [&] { return fuse_row_kernels(out.graph, out.plan); });
   if (opts.planner.recompute)
     out.stats.recomputed =
         with_context("recompute", [&] { return recompute_in_readers(out.graph, out.plan, planner); });

@@ -19,6 +19,9 @@
 //   plan-fusion      fused kernels, external ops and views; with backward, forward and
 //                      backward nodes in separate kernels, forward steps first
 //                      (PlannerOptions::backward_nodes: Executable::run_forward)
+//   row-kernels      with PlannerOptions::row_kernels: softmax, log_softmax and LayerNorm
+//                      over the last axis as generated kernels, with the kernels before and
+//                      after them merged in (engine/planning/row_fusion.h)
 //   recompute        with PlannerOptions::recompute: cheap values computed again in the
 //                      kernels that read them instead of stored (engine/planning/recompute.h)
 //
@@ -83,6 +86,7 @@ struct LowerStats {
   std::optional<AmpStats> amp;  // with LowerOptions::amp
   int folded_batchnorms = 0;
   int fused_epilogues = 0;      // _fused_conv / _fused_fc nodes epilogue-fusion made
+  int row_kernels = 0;          // with PlannerOptions::row_kernels: the plan's row kernels
   int widened_external = 0;     // nodes compute-in-f32 rewrote
   // With LowerOptions::backward: what the graph's outputs are (BackwardGraph's fields).
   size_t forward_outputs = 0;

@@ -19,7 +19,7 @@ namespace {
 // The payload's first bytes. A change to what is stored (or to the meaning of a stored
 // field) bumps the number: entries of the old form then read as another key's (the key
 // starts with the same line) and are replaced.
-constexpr std::string_view kPlanFormat = "ampfuse plan 2\n";
+constexpr std::string_view kPlanFormat = "ampfuse plan 3\n";
 
 // ---- writing ----------------------------------------------------------------------------------
 
@@ -271,7 +271,8 @@ std::string options_text(const LowerOptions& o) {
   if (o.training)
     s += fmt::format("training: seed {} offset {} step_input '{}'\n", o.training->seed, o.training->offset,
                      o.training->step_input);
-  s += fmt::format("planner: fuse {} recompute {} caps {} {} {}\n", o.planner.fuse, o.planner.recompute,
+  s += fmt::format("planner: fuse {} recompute {} row_kernels {} caps {} {} {}\n", o.planner.fuse, o.planner.recompute,
+                   o.planner.row_kernels,
                    o.planner.max_kernel_transcendental_cost, o.planner.max_kernel_instructions,
                    o.planner.max_kernel_inputs);
   s += fmt::format("computes_in_f32 {}\n", static_cast<bool>(o.computes_in_f32));
@@ -334,6 +335,7 @@ std::string serialize_lowered(const Lowered& l) {
   }
   w.num<int32_t>(s.folded_batchnorms);
   w.num<int32_t>(s.fused_epilogues);
+  w.num<int32_t>(s.row_kernels);
   w.num<int32_t>(s.widened_external);
   w.num<uint64_t>(s.forward_outputs);
   w.strs(s.gradient_of);
@@ -401,6 +403,7 @@ std::optional<Lowered> deserialize_lowered(std::string_view bytes, std::string* 
     }
     s.folded_batchnorms = r.num<int32_t>();
     s.fused_epilogues = r.num<int32_t>();
+    s.row_kernels = r.num<int32_t>();
     s.widened_external = r.num<int32_t>();
     s.forward_outputs = r.num<uint64_t>();
     s.gradient_of = r.strs();

@@ -112,6 +112,7 @@ struct ScalarProgram {
   int num_inputs = 0;
   std::vector<ScalarInstr> instrs;
   std::vector<int32_t> results;  // one per op output
+  friend bool operator==(const ScalarProgram&, const ScalarProgram&) = default;
 };
 
 // Builds a ScalarProgram; each method appends an instruction and returns its index.

@@ -96,7 +96,8 @@ inline constexpr int64_t kLaunchStreamingBytes = int64_t{32} << 20;
 inline constexpr uintptr_t kLaunchStreamingAlign = 64;
 
 // Runs `kernel` (compiled for spec's signature) over spec's iteration space, split across
-// `pool`. `data`: a base pointer per input then per output, addressed with spec's
+// `pool` (a row kernel, KernelSpec::row: whole rows, at least kLaunchMinElementsPerThread
+// elements a thread). `data`: a base pointer per input then per output, addressed with spec's
 // strides; `params`: spec.num_params values; `flags`: one per spec.flags entry, set to 1
 // when a non-finite value is found (never cleared: zero them first). Outputs must not
 // overlap inputs or each other. Throws ampfuse::Error when the counts do not match.

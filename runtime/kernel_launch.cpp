@@ -44,6 +44,13 @@ void run_kernel(const CompiledKernel& kernel, const codegen::KernelSpec& spec, s
       .streaming = output_bytes > kLaunchStreamingBytes && outputs_aligned ? 1 : 0,
   };
   const codegen::KernelFn fn = kernel.fn;
+  if (spec.row) {
+    const int64_t cols = spec.shape.back();
+    const int64_t min_rows = (kLaunchMinElementsPerThread + cols - 1) / cols;
+    pool.parallel_for(
+        n / cols, [&](int64_t begin, int64_t end) { fn(begin, end, &args); }, min_rows, 1);
+    return;
+  }
   pool.parallel_for(
       n, [&](int64_t begin, int64_t end) { fn(begin, end, &args); }, kLaunchMinElementsPerThread, kLaunchChunkAlign);
 }

@@ -42,7 +42,7 @@ std::vector<std::string> plan_entries(const std::string& dir) {
   std::vector<std::string> plans;
   for (const auto& e : fs::directory_iterator(dir)) {
     const std::string bytes = read_all(e.path().string());
-    if (bytes.size() > 32 && bytes.compare(32, 14, "ampfuse plan 2") == 0) plans.push_back(e.path().string());
+    if (bytes.size() > 32 && bytes.compare(32, 14, "ampfuse plan 3") == 0) plans.push_back(e.path().string());
   }
   return plans;
 }

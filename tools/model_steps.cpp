@@ -107,6 +107,7 @@ PlanSummary summarize_plan(const engine::Executable& exe, bool fused, double col
   p.widened_external = cs.widened_external;
   p.folded_batchnorms = cs.folded_batchnorms;
   p.fused_epilogues = cs.fused_epilogues;
+  p.row_kernels = cs.row_kernels;
   p.compilations = cs.compilations;
   p.kernels_cold = cs.compilations - cs.disk_loads;
   p.kernels_disk = cs.disk_loads;

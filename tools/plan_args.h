@@ -16,13 +16,14 @@ struct PlanArgs {
   bool no_fuse = false;
   bool no_fold_bn = false;
   bool no_epilogues = false;
+  bool no_row_kernels = false;
 
   // Fused runs fold BatchNorms into convolutions, run convolutions with their add and relu
-  // as oneDNN post-ops, and keep the weights' derived forms.
+  // as oneDNN post-ops, generate row kernels, and keep the weights' derived forms.
   engine::ExecutorOptions executor_options() const;
 };
 
-// Adds --amp and its overrides, --no-fuse, --no-fold-bn and --no-epilogues.
+// Adds --amp and its overrides, --no-fuse, --no-fold-bn, --no-epilogues and --no-row-kernels.
 void add_plan_args(CLI::App& cmd, PlanArgs& a);
 
 }  // namespace ampfuse::tools

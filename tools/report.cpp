@@ -192,6 +192,7 @@ nlohmann::json to_json(const RunReport& r) {
                  {"widened_external", p.widened_external},
                  {"folded_batchnorms", p.folded_batchnorms},
                  {"fused_epilogues", p.fused_epilogues},
+                 {"row_kernels", p.row_kernels},
                  {"ops_per_kernel", per_kernel},
                  {"compilations", p.compilations},
                  {"kernels_cold", p.kernels_cold},
@@ -278,6 +279,9 @@ std::string plan_text(const PlanSummary& p) {
   if (p.fused_epilogues > 0)
     out += fmt::format("         convolutions and FullyConnected ops run with the add and relu after them as oneDNN post-ops: {}\n",
                        p.fused_epilogues);
+  if (p.row_kernels > 0)
+    out += fmt::format("         softmax / log_softmax / LayerNorm as generated row kernels with the kernels around them: {}\n",
+                       p.row_kernels);
   if (p.host_round_trips > 0)
     out += fmt::format("         {} host steps wait for values computed on the device\n", p.host_round_trips);
   out += fmt::format("memory:  {:.2f} MB arena for {:.2f} MB of intermediates", p.arena_bytes / 1e6,

@@ -129,6 +129,8 @@ LowerOptions lower_options(const ExecutorOptions& opts, const runtime::DeviceApi
   lo.training = opts.training;
   lo.planner.fuse = opts.fuse;
   lo.planner.recompute = opts.backward && opts.recompute && opts.fuse;  // unfused: one op a kernel
+  lo.planner.row_kernels = opts.row_kernels && device.host_addressable() && !opts.backward && !opts.training &&
+                           !opts.check_nonfinite;
   if (opts.use_onednn && opts.compute_in_f32.value_or(device.host_addressable()))
     lo.computes_in_f32 = [](const ir::Graph& g, int32_t n) {
       std::vector<ir::TensorType> types;
@@ -292,6 +294,7 @@ Executable Executable::compile(ir::Graph g, const ExecutorOptions& opts) {
   st.amp = std::move(lowered.stats.amp);
   st.folded_batchnorms = lowered.stats.folded_batchnorms;
   st.fused_epilogues = lowered.stats.fused_epilogues;
+  st.row_kernels = lowered.stats.row_kernels;
   st.widened_external = lowered.stats.widened_external;
   st.forward_outputs = lowered.stats.forward_outputs;
   st.gradient_of = std::move(lowered.stats.gradient_of);

@@ -125,6 +125,7 @@ KernelWork node_work(const Graph& g, int32_t n) {
   KernelWork w;
   w.inputs = static_cast<int>(sorted_unique(node.inputs).size());
   if (fusion_role(node) == FusionRole::remap) return w;  // only the indexing changes
+  if (fusion_role(node) == FusionRole::external) return w;  // a row kernel's centre (row_fusion.h): no recipe
   ir::ScalarBuilder b(static_cast<int>(node.inputs.size()));
   const ir::ScalarProgram p = b.finish(ir::OpRegistry::global().get(node.op).recipe(b, node.attrs));
   for (const ir::ScalarInstr& instr : p.instrs) {

@@ -1,5 +1,6 @@
 #include "engine/planning/kernel_lowering.h"
 
+#include "engine/planning/row_fusion.h"
 #include "ir/error.h"
 #include "ir/op_registry.h"
 
@@ -82,46 +83,94 @@ LoweredKernel lower_kernel(const ir::Graph& g, const FusedKernel& k, const std::
     spec.outputs.push_back({value_name(g, op.value), g.type(op.value).dtype, std::move(strides)});
   }
 
-  ScalarBuilder b(static_cast<int>(k.inputs.size()));
-  std::map<ValueRef, ScalarBuilder::Val> inside;  // values computed by the kernel so far
-  for (size_t idx = 0; idx < k.nodes.size(); ++idx) {
-    const int32_t n = k.nodes[idx];
-    const ir::Node& node = g.nodes[n];
-    const ScalarBuilder::Val first_instr = b.size();
-    std::vector<ScalarBuilder::Val> args;
-    for (size_t i = 0; i < node.inputs.size(); ++i) {
-      if (auto it = inside.find(node.inputs[i]); it != inside.end()) {
-        args.push_back(it->second);
-        continue;
+  // A row kernel (row_fusion.h): the nodes before its row op give the row's data, those
+  // after it the body, which reads the row op's result as its input after the operands.
+  const auto centre = std::find_if(k.nodes.begin(), k.nodes.end(),
+                                   [&](int32_t n) { return fusion_role(g.nodes[n]) == FusionRole::external; });
+  const bool row_kernel = centre != k.nodes.end();
+  const int n_in = static_cast<int>(k.inputs.size());
+  auto operand_of = [&](const KernelOperand& want, const ir::Node& node, size_t i) {
+    const auto it = std::find(k.inputs.begin(), k.inputs.end(), want);
+    if (it == k.inputs.end()) fail("internal: kernel {} has no operand for input {} of node '{}'", name, i, node.name);
+    return static_cast<int>(it - k.inputs.begin());
+  };
+  // Splices nodes [from, to) into b; `inside` holds the values computed so far.
+  auto splice_nodes = [&](ScalarBuilder& b, std::map<ValueRef, ScalarBuilder::Val>& inside, size_t from, size_t to) {
+    for (size_t idx = from; idx < to; ++idx) {
+      const int32_t n = k.nodes[idx];
+      const ir::Node& node = g.nodes[n];
+      const ScalarBuilder::Val first_instr = b.size();
+      std::vector<ScalarBuilder::Val> args;
+      for (size_t i = 0; i < node.inputs.size(); ++i) {
+        if (auto it = inside.find(node.inputs[i]); it != inside.end()) {
+          args.push_back(it->second);
+          continue;
+        }
+        // Read from outside: the operand the planner recorded for this (value, map).
+        args.push_back(b.input(operand_of(
+            {node.inputs[i], operand_shape(g, n, i), compose_maps(input_access(g, n, i), k.node_maps[idx])}, node, i)));
       }
-      // Read from outside: the operand the planner recorded for this (value, map).
-      const KernelOperand want{node.inputs[i], operand_shape(g, n, i), compose_maps(input_access(g, n, i), k.node_maps[idx])};
-      const auto it = std::find(k.inputs.begin(), k.inputs.end(), want);
-      if (it == k.inputs.end())
-        fail("internal: kernel {} has no operand for input {} of node '{}'", name, i, node.name);
-      args.push_back(b.input(static_cast<int>(it - k.inputs.begin())));
+      std::vector<ScalarBuilder::Val> results;
+      if (fusion_role(node) == FusionRole::remap) results = {args.at(0)};  // only the indexing changes
+      else results = splice_recipe(b, node, args);
+      // Random bits read the flat iteration index as the node's element index (see
+      // keeps_row_major_order); the planner never fuses such a node otherwise.
+      bool draws_bits = false;
+      for (ScalarBuilder::Val v = first_instr; v < b.size(); ++v) draws_bits |= ir::reads_element_index(b.at(v).op);
+      if (draws_bits && (row_kernel || !keeps_row_major_order(k.node_maps[idx], node.outputs[0].shape) ||
+                         ir::num_elements(node.outputs[0].shape) != ir::num_elements(k.iteration)))
+        fail("internal: kernel {} computes node '{}', which draws random bits, out of row-major order", name, node.name);
+      for (size_t o = 0; o < results.size(); ++o) {
+        // The interpreter stores every node output in its dtype; the kernel rounds there too.
+        const ir::DType dt = node.outputs[o].dtype;
+        const ScalarBuilder::Val v = dt == k.compute ? results[o] : b.round_to(results[o], dt);
+        inside[{n, static_cast<int32_t>(o)}] = v;
+      }
     }
-    std::vector<ScalarBuilder::Val> results;
-    if (fusion_role(node) == FusionRole::remap) results = {args.at(0)};  // only the indexing changes
-    else results = splice_recipe(b, node, args);
-    // Random bits read the flat iteration index as the node's element index (see
-    // keeps_row_major_order); the planner never fuses such a node otherwise.
-    bool draws_bits = false;
-    for (ScalarBuilder::Val v = first_instr; v < b.size(); ++v) draws_bits |= ir::reads_element_index(b.at(v).op);
-    if (draws_bits && (!keeps_row_major_order(k.node_maps[idx], node.outputs[0].shape) ||
-                       ir::num_elements(node.outputs[0].shape) != ir::num_elements(k.iteration)))
-      fail("internal: kernel {} computes node '{}', which draws random bits, out of row-major order", name, node.name);
-    for (size_t o = 0; o < results.size(); ++o) {
-      // The interpreter stores every node output in its dtype; the kernel rounds there too.
-      const ir::DType dt = node.outputs[o].dtype;
-      const ScalarBuilder::Val v = dt == k.compute ? results[o] : b.round_to(results[o], dt);
-      inside[{n, static_cast<int32_t>(o)}] = v;
+  };
+
+  ScalarBuilder b(n_in + (row_kernel ? 1 : 0));
+  std::map<ValueRef, ScalarBuilder::Val> inside;  // values the body computed so far
+  if (row_kernel) {
+    const size_t c = static_cast<size_t>(centre - k.nodes.begin());
+    const int32_t n = *centre;
+    const ir::Node& node = g.nodes[n];
+    if (!is_row_op(g, n) || !k.node_maps[c].is_identity())
+      fail("internal: kernel {} computes node '{}' ({}), which is not a row op over its iteration space", name,
+           node.name, node.op);
+    ScalarBuilder data(n_in);
+    std::map<ValueRef, ScalarBuilder::Val> before;
+    splice_nodes(data, before, 0, c);
+    const ValueRef x = node.inputs[0];
+    const auto computed = before.find(x);
+    const ScalarBuilder::Val x_val =
+        computed != before.end() ? computed->second : data.input(operand_of({x, k.iteration, AccessMap::identity(k.iteration.size())}, node, 0));
+    codegen::RowSpec row;
+    row.data = data.finish({x_val});
+    row.data_dtype = g.type(x).dtype;
+    row.result_dtype = node.outputs[0].dtype;
+    if (node.op == "LayerNorm") {
+      row.op = codegen::RowOp::layer_norm;
+      row.constant = node.attrs.get_float("eps");
+      const AccessMap by_column{{static_cast<int32_t>(k.iteration.size() - 1)}, {1}, {0}};
+      row.gamma = operand_of({node.inputs[1], g.type(node.inputs[1]).shape, by_column}, node, 1);
+      row.beta = operand_of({node.inputs[2], g.type(node.inputs[2]).shape, by_column}, node, 2);
+    } else {
+      row.op = node.op == "log_softmax" ? codegen::RowOp::log_softmax : codegen::RowOp::softmax;
+      row.constant = node.attrs.is_none("temperature") ? 1.0 : node.attrs.get_float("temperature");
     }
+    spec.row = std::move(row);
+    inside[{n, 0}] = b.input(n_in);
+    splice_nodes(b, inside, c + 1, k.nodes.size());
+  } else {
+    splice_nodes(b, inside, 0, k.nodes.size());
   }
   std::vector<ScalarBuilder::Val> stores;
   for (const KernelOperand& op : k.outputs) stores.push_back(inside.at(op.value));
   spec.body = b.finish(stores);
 
+  if (flag_nonfinite && row_kernel)
+    fail("kernel {}: row kernels carry no non-finite flag; plan the row op as an external step", name);
   if (flag_nonfinite) {
     codegen::FlagSpec flag{"nonfinite", {}};
     for (size_t i = 0; i < spec.inputs.size() + spec.outputs.size(); ++i) {

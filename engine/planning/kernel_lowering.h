@@ -9,6 +9,10 @@
 // (FusedKernel::compute). So a fused kernel equals op-by-op interpretation bit for bit,
 // except where a backend's transcendental functions differ (their ULP bounds are stated
 // in codegen/vector_math.h).
+//
+// A kernel whose nodes include a row op (engine/planning/row_fusion.h) lowers to a row kernel
+// (KernelSpec::row): the nodes before it become the row's data program, those after it the
+// body, which reads the row op's result (rounded to its dtype) after the operands.
 #pragma once
 
 #include "codegen/kernel_spec.h"

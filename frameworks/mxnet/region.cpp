@@ -128,6 +128,9 @@ Region::Compiled& Region::compiled_for(const std::vector<RegionInput>& inputs) {
   // own oneDNN fusion runs them: the same f32 results, one rounding fewer in bf16
   // (engine/passes/epilogue_fusion.h).
   eo.fuse_epilogues = form_ != RegionForm::training;
+  // softmax / log_softmax / LayerNorm as generated kernels with their casts and neighbours
+  // (engine/planning/row_fusion.h).
+  eo.row_kernels = form_ != RegionForm::training;
   auto c = std::make_unique<Compiled>(Compiled{engine::Executable::compile(std::move(g), eo), {}, {}});
   const ir::Graph& cg = c->exe.graph();
   // Which inputs the executable treats as constants: variables in weight or aux slots.

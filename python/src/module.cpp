@@ -282,6 +282,7 @@ class Model {
     d["constant_steps"] = s.constant_steps;
     d["folded_batchnorms"] = s.folded_batchnorms;
     d["fused_epilogues"] = s.fused_epilogues;
+    d["row_kernels"] = s.row_kernels;
     d["fused_nodes"] = s.fused_nodes;
     d["compilations"] = s.compilations;
     d["cache_hits"] = s.cache_hits;

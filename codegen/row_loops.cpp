@@ -1,0 +1,189 @@
+// Row kernels (KernelSpec::row): softmax, log_softmax and LayerNorm over the innermost
+// dimension, with the elementwise ops before them (RowSpec::data) and after them (the
+// body) evaluated in the same passes.
+//
+// Per row: the outer multi-index and each operand's row offset once, then three column
+// loops, each vectorized by LLVM's loop vectorizer:
+//   softmax      max of x; sum of exp((x - max) / t); body(exp((x - max) / t) / sum)
+//   log_softmax  max of x; sum of exp((x - max) / t); body((x - max) / t - log(sum))
+//   layer_norm   sum of x; sum of (x - mean)^2;        body((x - mean) / std * gamma + beta)
+// x is recomputed from the inputs in every pass instead of being kept: a row is at most a
+// few hundred KiB and in cache by the second pass, and the recomputation is the handful of
+// instructions of a cast or a bias add. exp is not: softmax rows of up to
+// kRowScratchElements keep the sum pass's exponentials in a stack buffer for the last pass
+// (each exp is about 4 vector instructions an element, twice what the rest of a pass costs). The sums carry `reassoc`, which is what lets them
+// vectorize: they add in another order than the reference kernels' sequential loops, so
+// results differ from them by that rounding (and exp/log by their ULP bounds,
+// codegen/vector_math.h), as oneDNN's do. Maxima are NaN-propagating (llvm.maximum): a row
+// holding a NaN gives NaN everywhere, as the reference's does.
+#include "codegen/body_lowering.h"
+#include "codegen/dtype_lowering.h"
+#include "codegen/float_ops.h"
+#include "codegen/kernel_emitter.h"
+#include "codegen/vector_math.h"
+
+namespace ampfuse::codegen::detail {
+
+// 32 KiB of f32 on the stack of the thread running the kernel (OpenMP's default stacks are
+// megabytes): the vocabulary softmax of a translation model (19581 columns) recomputes.
+inline constexpr int64_t kRowScratchElements = 8192;
+
+std::vector<Value*> KernelEmitter::program_inputs(const ir::ScalarProgram& p, const std::vector<Value*>& offsets,
+                                                  const std::vector<Value*>& extra) {
+  std::vector<bool> needed(static_cast<size_t>(num_inputs()), false);
+  for (const ir::ScalarInstr& s : p.instrs)
+    if (s.op == ir::ScalarOp::input && s.index < num_inputs()) needed[s.index] = true;
+  std::vector<Value*> values;
+  for (int k = 0; k < num_inputs(); ++k) {
+    if (!needed[k]) {
+      values.push_back(llvm::UndefValue::get(compute_));  // never read
+      continue;
+    }
+    llvm::Type* elem = storage_type(ctx_, operand(k).dtype);
+    llvm::LoadInst* raw = b_.CreateLoad(elem, b_.CreateInBoundsGEP(elem, base_[k], offsets[k]));
+    tag_access(raw, k);
+    values.push_back(widen_to_compute(b_, raw, operand(k).dtype, compute_));
+  }
+  values.insert(values.end(), params_.begin(), params_.end());
+  values.insert(values.end(), extra.begin(), extra.end());
+  return values;
+}
+
+void KernelEmitter::emit_rows() {
+  const RowSpec& row = *sig_.row;
+  const int rank = sig_.rank, last = rank - 1;
+  FloatOps f(b_, compute_);
+  // Accumulators live in stack slots, which SROA turns back into the loops' phis.
+  llvm::AllocaInst* acc_a = b_.CreateAlloca(compute_, nullptr, "acc.a");
+  llvm::AllocaInst* acc_b = b_.CreateAlloca(compute_, nullptr, "acc.b");
+  Value* scratch = row.op == RowOp::layer_norm
+                       ? nullptr
+                       : b_.CreateAlloca(compute_, b_.getInt64(kRowScratchElements), "row.kept");
+  Value* n = b_.CreateUIToFP(shape_[last], compute_);  // the row length, exact below 2^24
+
+  guarded_loop("row", begin_, end_, b_.getInt64(1), [&](Value* r) {
+    std::vector<std::pair<int, Value*>> outer;
+    Value* rest = r;
+    for (int d = last - 1; d >= 0; --d) {
+      Value* q = b_.CreateUDiv(rest, shape_[d]);
+      outer.push_back({d, b_.CreateSub(rest, b_.CreateMul(q, shape_[d]))});
+      rest = q;
+    }
+    std::vector<Value*> row_offset;
+    for (int k = 0; k < num_operands(); ++k)
+      row_offset.push_back(strided_offset(k, llvm::ConstantInt::get(index_type_, 0), outer));
+    auto offsets_at = [&](Value* c) {
+      std::vector<Value*> at;
+      for (int k = 0; k < num_operands(); ++k) at.push_back(strided_offset(k, row_offset[k], {{last, c}}));
+      return at;
+    };
+    // x at column c: the data program, rounded as the interpreter stores it.
+    auto x_at = [&](const std::vector<Value*>& at) {
+      Value* x = lower_scalar_program(b_, row.data, program_inputs(row.data, at), nullptr, compute_)[0];
+      return row.data_dtype == ir::DType::f32 ? x : round_in_compute(b_, x, row.data_dtype);
+    };
+    // One column loop over the row: body(c, offsets).
+    auto columns = [&](const char* name, const std::function<void(Value*, const std::vector<Value*>&)>& body) {
+      guarded_loop(name, b_.getInt64(0), shape_[last], b_.getInt64(1), [&](Value* c) { body(c, offsets_at(c)); }, 0,
+                   true);
+    };
+    auto accumulate = [&](llvm::AllocaInst* slot, Value* v, bool max) {
+      Value* old = b_.CreateLoad(compute_, slot);
+      Value* next = nullptr;
+      if (max) {
+        next = b_.CreateBinaryIntrinsic(llvm::Intrinsic::maximum, old, v);
+      } else {
+        next = b_.CreateFAdd(old, v);
+        llvm::cast<llvm::Instruction>(next)->setHasAllowReassoc(true);
+      }
+      b_.CreateStore(next, slot);
+    };
+    // The body at column c with y: every output stored.
+    auto finish = [&](const std::vector<Value*>& at, Value* y) {
+      if (row.result_dtype != ir::DType::f32) y = round_in_compute(b_, y, row.result_dtype);
+      const std::vector<Value*> results =
+          lower_scalar_program(b_, sig_.body, program_inputs(sig_.body, at, {y}), nullptr, compute_);
+      for (size_t o = 0; o < results.size(); ++o) {
+        const int k = num_inputs() + static_cast<int>(o);
+        llvm::Type* elem = storage_type(ctx_, operand(k).dtype);
+        llvm::StoreInst* store =
+            b_.CreateStore(narrow_from_compute(b_, results[o], operand(k).dtype), b_.CreateInBoundsGEP(elem, base_[k], at[k]));
+        tag_access(store, k);
+      }
+    };
+
+    if (row.op == RowOp::layer_norm) {
+      b_.CreateStore(f.c(0), acc_a);
+      columns("sum", [&](Value*, const std::vector<Value*>& at) { accumulate(acc_a, x_at(at), false); });
+      Value* mean = f.div(b_.CreateLoad(compute_, acc_a), n);
+      b_.CreateStore(f.c(0), acc_b);
+      columns("squares", [&](Value*, const std::vector<Value*>& at) {
+        Value* d = f.sub(x_at(at), mean);
+        accumulate(acc_b, f.mul(d, d), false);
+      });
+      Value* std_dev = f.sqrt(f.add(f.div(b_.CreateLoad(compute_, acc_b), n), f.c(row.constant)));
+      columns("normalize", [&](Value*, const std::vector<Value*>& at) {
+        auto load = [&](int k) {
+          llvm::Type* elem = storage_type(ctx_, operand(k).dtype);
+          llvm::LoadInst* raw = b_.CreateLoad(elem, b_.CreateInBoundsGEP(elem, base_[k], at[k]));
+          tag_access(raw, k);
+          return widen_to_compute(b_, raw, operand(k).dtype, compute_);
+        };
+        Value* y = f.add(f.mul(f.div(f.sub(x_at(at), mean), std_dev), load(row.gamma)), load(row.beta));
+        finish(at, y);
+      });
+      return;
+    }
+    // softmax, log_softmax. Rows that fit the scratch buffer keep exp((x - max) / t) (or,
+    // for log_softmax, (x - max) / t) from the sum's pass: the last pass then neither
+    // recomputes x nor calls exp again.
+    b_.CreateStore(f.c(-kInf), acc_a);
+    columns("max", [&](Value*, const std::vector<Value*>& at) { accumulate(acc_a, x_at(at), true); });
+    Value* max = b_.CreateLoad(compute_, acc_a);
+    Value* t = f.c(row.constant);
+    const bool log = row.op == RowOp::log_softmax;
+    auto shifted = [&](const std::vector<Value*>& at) { return f.div(f.sub(x_at(at), max), t); };
+    // exp with its multiply-adds contracted into FMAs where the CPU has them (a third fewer
+    // instructions: the row's bottleneck). The Cody-Waite reduction is exact either way and
+    // Horner's steps round once instead of twice, so the 1-ulp bound still holds.
+    auto exp = [&](Value* v) {
+      const llvm::FastMathFlags plain = b_.getFastMathFlags();
+      llvm::FastMathFlags contract;
+      contract.setAllowContract();
+      b_.setFastMathFlags(contract);
+      Value* e = emit_transcendental(b_, ir::ScalarOp::exp, {v});
+      b_.setFastMathFlags(plain);
+      return e;
+    };
+    auto kept = [&](Value* c) { return b_.CreateInBoundsGEP(compute_, scratch, c); };
+    auto passes = [&](bool keep) {
+      b_.CreateStore(f.c(0), acc_b);
+      columns("sum", [&](Value* c, const std::vector<Value*>& at) {
+        Value* v = shifted(at);
+        Value* e = exp(v);
+        if (keep) b_.CreateStore(log ? v : e, kept(c));
+        accumulate(acc_b, e, false);
+      });
+      Value* sum = b_.CreateLoad(compute_, acc_b);
+      Value* log_sum = log ? emit_transcendental(b_, ir::ScalarOp::log, {sum}) : nullptr;
+      columns("out", [&](Value* c, const std::vector<Value*>& at) {
+        Value* v = keep ? b_.CreateLoad(compute_, kept(c)) : (log ? shifted(at) : exp(shifted(at)));
+        finish(at, log ? f.sub(v, log_sum) : f.div(v, sum));
+      });
+    };
+    llvm::BasicBlock* short_row = llvm::BasicBlock::Create(ctx_, "row.kept", fn_);
+    llvm::BasicBlock* long_row = llvm::BasicBlock::Create(ctx_, "row.recomputed", fn_);
+    llvm::BasicBlock* done = llvm::BasicBlock::Create(ctx_, "row.done", fn_);
+    b_.CreateCondBr(b_.CreateICmpULE(shape_[last], b_.getInt64(kRowScratchElements)), short_row, long_row);
+    b_.SetInsertPoint(short_row);
+    passes(true);
+    b_.CreateBr(done);
+    b_.SetInsertPoint(long_row);
+    passes(false);
+    b_.CreateBr(done);
+    b_.SetInsertPoint(done);
+  });
+  b_.CreateRetVoid();
+}
+
+}  // namespace ampfuse::codegen::detail

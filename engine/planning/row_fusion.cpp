@@ -1,0 +1,145 @@
+#include "engine/planning/row_fusion.h"
+
+#include "ir/ops/nn_params.h"
+
+#include <algorithm>
+#include <map>
+#include <optional>
+
+namespace ampfuse::engine {
+
+namespace {
+
+using ir::ValueRef;
+
+bool is_f32_or_narrower(ir::DType t) { return t == ir::DType::f32 || t == ir::DType::f16 || t == ir::DType::bf16; }
+
+// Whether kernel k may be merged into a row kernel at all.
+bool joinable(const ir::Graph& g, const FusedKernel& k, const ir::Shape& shape) {
+  if (k.iteration != shape || k.compute != ir::DType::f32 || !k.recomputed.empty()) return false;
+  return std::none_of(k.nodes.begin(), k.nodes.end(), [&](int32_t n) {
+    return fusion_role(g.nodes[n]) == FusionRole::external || draws_random_bits(g, n);
+  });
+}
+
+// Whether every load of `v` by kernel k is element for element (the identity map).
+bool reads_element_for_element(const FusedKernel& k, ValueRef v, const ir::Shape& shape) {
+  bool any = false;
+  for (const KernelOperand& op : k.inputs) {
+    if (op.value != v) continue;
+    if (op.shape != shape || !op.map.is_identity()) return false;
+    any = true;
+  }
+  return any;
+}
+
+void add_operand(std::vector<KernelOperand>& list, const KernelOperand& op) {
+  if (std::find(list.begin(), list.end(), op) == list.end()) list.push_back(op);
+}
+
+}  // namespace
+
+bool is_row_op(const ir::Graph& g, int32_t n) {
+  const ir::Node& node = g.nodes[n];
+  const bool softmax = node.op == "softmax" || node.op == "log_softmax";
+  if ((!softmax && node.op != "LayerNorm") || node.outputs.size() != 1) return false;
+  const ir::Shape& shape = g.type(node.inputs[0]).shape;
+  if (shape.empty() || node.outputs[0].shape != shape) return false;
+  if (ir::nn::normalize_axis(node.attrs.get_int("axis"), shape.size()) != static_cast<int64_t>(shape.size()) - 1)
+    return false;
+  if (softmax && node.inputs.size() != 1) return false;
+  for (ValueRef in : node.inputs)
+    if (!is_f32_or_narrower(g.type(in).dtype)) return false;
+  return is_f32_or_narrower(node.outputs[0].dtype) && node_compute_type(g, n) == ir::DType::f32;
+}
+
+int fuse_row_kernels(const ir::Graph& g, Plan& plan) {
+  std::vector<PlanStep>& steps = plan.steps;
+  std::map<ValueRef, int> readers;  // steps reading each value, and one more for a graph output
+  std::map<ValueRef, size_t> producer;
+  for (size_t s = 0; s < steps.size(); ++s) {
+    std::vector<ValueRef> reads = step_reads(g, steps[s]);
+    std::sort(reads.begin(), reads.end());
+    reads.erase(std::unique(reads.begin(), reads.end()), reads.end());
+    for (ValueRef v : reads) ++readers[v];
+    for (ValueRef v : step_writes(g, steps[s])) producer[v] = s;
+  }
+  for (ValueRef v : g.outputs) ++readers[v];
+
+  // A merged kernel takes the place of its last part (all it reads is ready there, and
+  // what it writes is read only later); the other parts go.
+  std::vector<bool> removed(steps.size(), false);
+  std::vector<std::optional<FusedKernel>> merged(steps.size());
+  auto free_kernel = [&](size_t s) -> const FusedKernel* {
+    return removed[s] || merged[s] ? nullptr : std::get_if<FusedKernel>(&steps[s]);
+  };
+  int count = 0;
+  for (size_t s = 0; s < steps.size(); ++s) {
+    const auto* external = std::get_if<ExternalStep>(&steps[s]);
+    if (!external || !is_row_op(g, external->node)) continue;
+    const int32_t n = external->node;
+    const ir::Node& node = g.nodes[n];
+    const ir::Shape& shape = node.outputs[0].shape;
+    const size_t rank = shape.size();
+    const AccessMap identity = AccessMap::identity(rank);
+    const ValueRef data = node.inputs[0], result{n, 0};
+
+    std::optional<size_t> prologue, epilogue;
+    if (const auto it = producer.find(data); it != producer.end() && readers[data] == 1)
+      if (const FusedKernel* p = free_kernel(it->second);
+          p && joinable(g, *p, shape) && p->outputs.size() == 1 && p->outputs[0].value == data &&
+          p->outputs[0].map.is_identity() && kernel_work(g, *p).transcendental_cost == 0)
+        prologue = it->second;
+    if (readers[result] == 1)
+      for (size_t e = s + 1; e < steps.size(); ++e) {
+        const std::vector<ValueRef> reads = step_reads(g, steps[e]);
+        if (std::find(reads.begin(), reads.end(), result) == reads.end()) continue;
+        if (const FusedKernel* k = free_kernel(e); k && joinable(g, *k, shape) && reads_element_for_element(*k, result, shape))
+          epilogue = e;
+        break;
+      }
+
+    FusedKernel k;
+    k.iteration = shape;
+    k.compute = ir::DType::f32;
+    if (prologue) {
+      const FusedKernel& p = std::get<FusedKernel>(steps[*prologue]);
+      k.nodes = p.nodes;
+      k.node_maps = p.node_maps;
+      k.inputs = p.inputs;
+      removed[*prologue] = true;
+    } else {
+      k.inputs.push_back({data, shape, identity});
+    }
+    k.nodes.push_back(n);
+    k.node_maps.push_back(identity);
+    // LayerNorm's gamma and beta: indexed by the column alone.
+    const AccessMap by_column{{static_cast<int32_t>(rank - 1)}, {1}, {0}};
+    for (size_t i = 1; i < node.inputs.size(); ++i) add_operand(k.inputs, {node.inputs[i], g.type(node.inputs[i]).shape, by_column});
+    if (epilogue) {
+      const FusedKernel& e = std::get<FusedKernel>(steps[*epilogue]);
+      k.nodes.insert(k.nodes.end(), e.nodes.begin(), e.nodes.end());
+      k.node_maps.insert(k.node_maps.end(), e.node_maps.begin(), e.node_maps.end());
+      for (const KernelOperand& op : e.inputs)
+        if (op.value != result) add_operand(k.inputs, op);
+      k.outputs = e.outputs;
+      removed[s] = true;
+      merged[*epilogue] = std::move(k);
+    } else {
+      k.outputs.push_back({result, shape, identity});
+      merged[s] = std::move(k);
+    }
+    ++count;
+  }
+
+  std::vector<PlanStep> out;
+  for (size_t s = 0; s < steps.size(); ++s) {
+    if (removed[s]) continue;
+    if (merged[s]) out.emplace_back(std::move(*merged[s]));
+    else out.push_back(std::move(steps[s]));
+  }
+  steps = std::move(out);
+  return count;
+}
+
+}  // namespace ampfuse::engine

@@ -1,0 +1,31 @@
+// Row kernels: softmax, log_softmax and LayerNorm over the last axis as generated kernels
+// (codegen/row_loops.cpp), with the fused kernel that computes their data and the one that
+// reads their result merged into them.
+//
+//   kernel [8,100,100] %add=broadcast_add        kernel [8,100,100] %add=broadcast_add
+//   external %sm=softmax                   ->                       %sm=softmax
+//   kernel [8,100,100] %c=amp_cast                                  %c=amp_cast
+//
+// One pass over memory instead of three, and no oneDNN primitive (oneDNN 2.6 runs LayerNorm
+// with its slow `simple_layer_normalization` here). Runs after plan_fusion, on the plan.
+#pragma once
+
+#include "engine/planning/fusion_plan.h"
+#include "ir/graph.h"
+
+namespace ampfuse::engine {
+
+// Whether node n can be a row kernel's centre: softmax or log_softmax (no length input) or
+// LayerNorm (one output) over the last axis, of f32/f16/bf16 values (computed in f32).
+bool is_row_op(const ir::Graph& g, int32_t n);
+
+// Turns every external step whose node is_row_op into a FusedKernel computing that node.
+// The kernel producing its data joins it when nothing else reads that value and the
+// kernel computes nothing else, over the same iteration space, cheaply (no transcendental
+// function: the row kernel evaluates it in each of its three passes). The kernel reading
+// its result joins it when nothing else reads the result and it reads it element for
+// element over the same iteration space. No kernel drawing random bits joins. Returns how
+// many row kernels the plan now has.
+int fuse_row_kernels(const ir::Graph& g, Plan& plan);
+
+}  // namespace ampfuse::engine
