@@ -207,6 +207,7 @@ void KernelEmitter::counted_loop(const char* name, Value* from, Value* to, Value
     std::vector<llvm::Metadata*> ops = {self.get()};
     if (vector_width > 0) ops.push_back(hint("llvm.loop.vectorize.width", static_cast<int>(vector_width)));
     if (fold_tail) {
+      ops.push_back(hint("llvm.loop.vectorize.predicate.enable", 1));
       ops.push_back(hint("llvm.loop.interleave.count", 1));
     }
     if (vector_width == kScalarLoop) {

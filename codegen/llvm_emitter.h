@@ -14,7 +14,9 @@
 //            blocks of each slab are transposed in registers into stack buffers and then
 //            computed by a flat loop, with non-temporal stores under args->streaming
 //            (codegen/tiled_loops.cpp); otherwise the two loops are interchanged. Partial
-//            slabs take the strided rows.
+//            slabs take the strided rows;
+//   rows     a row kernel (KernelSpec::row, codegen/row_loops.cpp): `begin` and `end` are
+//            row indices; per row, three vectorized passes over its columns.
 // Operands are assumed not to overlap (scoped noalias metadata), which is what lets loops
 // with many operands vectorize without run-time alias checks: an output must not share
 // memory with an input or another output. Flags are or-reduced in registers and stored
