@@ -43,8 +43,12 @@ void validate_operand(const KernelSpec& spec, const OperandSpec& o, int k, bool 
       fail("kernel '{}': {} has negative stride {} in dimension {}", spec.name, operand_label(spec, k), o.strides[d],
            d);
     // Two iterations writing one element would race between threads and make the result
-    // depend on the split.
-    if (is_output && o.strides[d] == 0 && spec.shape[d] > 1)
+    // depend on the split. A reducing row kernel writes each output once a row.
+    const bool row_result = spec.row && row_op_reduces(spec.row->op) && d + 1 == o.strides.size();
+    if (is_output && row_result && o.strides[d] != 0)
+      fail("kernel '{}': {} of the row {} has stride {} along the row (one value a row: 0)", spec.name,
+           operand_label(spec, k), row_op_name(spec.row->op), o.strides[d]);
+    if (is_output && !row_result && o.strides[d] == 0 && spec.shape[d] > 1)
       fail("kernel '{}': {} broadcasts (stride 0) along dimension {} of extent {}", spec.name,
            operand_label(spec, k), d, spec.shape[d]);
   }
@@ -297,6 +301,10 @@ const char* row_op_name(RowOp op) {
     case RowOp::softmax: return "softmax";
     case RowOp::log_softmax: return "log_softmax";
     case RowOp::layer_norm: return "layer_norm";
+    case RowOp::sum: return "sum";
+    case RowOp::mean: return "mean";
+    case RowOp::max: return "max";
+    case RowOp::min: return "min";
   }
   return "?";
 }
@@ -459,10 +467,12 @@ std::string print_kernel_spec(const KernelSpec& spec) {
     s += fmt::format("  row {} over dimension {}: x ({}) =\n", row_op_name(row->op), spec.shape.size() - 1,
                      ir::dtype_name(row->data_dtype));
     s += ir::print_scalar_program(row->data);
-    s += fmt::format("  y ({}) = {}(x{}{}); body (y is input {}) =\n", ir::dtype_name(row->result_dtype),
-                     row_op_name(row->op), row->op == RowOp::layer_norm ? ", eps " : ", t ", row->constant,
+    const bool constant = row->op <= RowOp::layer_norm;
+    s += fmt::format("  y ({}) = {}(x{}{}); body (y is input {}{}) =\n", ir::dtype_name(row->result_dtype),
+                     row_op_name(row->op),
+                     constant ? fmt::format("{}{}", row->op == RowOp::layer_norm ? ", eps " : ", t ", row->constant) : "",
                      row->op == RowOp::layer_norm ? fmt::format(", gamma input {}, beta input {}", row->gamma, row->beta) : "",
-                     spec.inputs.size() + spec.num_params);
+                     spec.inputs.size() + spec.num_params, row_op_reduces(row->op) ? ", once a row" : "");
   }
   s += ir::print_scalar_program(spec.body);
   return s;

@@ -41,13 +41,19 @@ struct FlagSpec {
 // iteration space's innermost dimension, the kernel evaluates x = `data` at every column,
 // computes y = op(row of x) in f32, and then the body at every column with y as one more
 // input. So elementwise ops before the row op (`data`) and after it (the body) share its one
-// pass over memory, and the casts around it cost nothing.
+// pass over memory, and the casts around it cost nothing. The reductions give one y a row:
+// the body runs once a row (at column 0) and the outputs have stride 0 along the row.
 enum class RowOp : uint8_t {
   softmax,      // y = exp((x - max) / t) / sum of them        (constant: the temperature t)
   log_softmax,  // y = (x - max) / t - log(sum of exp((x - max) / t))
   layer_norm,   // y = (x - mean) / sqrt(var + eps) * gamma + beta   (constant: eps)
+  sum,          // y = sum of x, added in f64 (as the reference kernel) and rounded once
+  mean,         // y = (sum of x in f64) / n, rounded once
+  max,          // y = the largest x, NaN if any is (NaN-propagating)
+  min,          // y = the smallest x, NaN if any is
 };
 const char* row_op_name(RowOp op);
+constexpr bool row_op_reduces(RowOp op) { return op >= RowOp::sum; }
 
 struct RowSpec {
   RowOp op = RowOp::softmax;

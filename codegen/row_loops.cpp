@@ -1,12 +1,14 @@
-// Row kernels (KernelSpec::row): softmax, log_softmax and LayerNorm over the innermost
-// dimension, with the elementwise ops before them (RowSpec::data) and after them (the
-// body) evaluated in the same passes.
+// Row kernels (KernelSpec::row): softmax, log_softmax, LayerNorm and the reductions over
+// the innermost dimension, with the elementwise ops before them (RowSpec::data) and after
+// them (the body) evaluated in the same passes.
 //
 // Per row: the outer multi-index and each operand's row offset once, then three column
 // loops, each vectorized by LLVM's loop vectorizer:
 //   softmax      max of x; sum of exp((x - max) / t); body(exp((x - max) / t) * (1 / sum))
 //   log_softmax  max of x; sum of exp((x - max) / t); body((x - max) / t - log(sum))
 //   layer_norm   sum of x; sum of (x - mean)^2;        body((x - mean) * (1 / std) * gamma + beta)
+//   sum, mean    one pass adding x in f64 (reassociated, as the reference adds in f64 too),
+//   max, min     or taking the NaN-propagating maximum / minimum; body(y) once a row
 // x is recomputed from the inputs in every pass instead of being kept: a row is at most a
 // few hundred KiB and in cache by the second pass, and the recomputation is the handful of
 // instructions of a cast or a bias add. exp is not: softmax rows of up to
@@ -58,7 +60,7 @@ void KernelEmitter::emit_rows() {
   // Accumulators live in stack slots, which SROA turns back into the loops' phis.
   llvm::AllocaInst* acc_a = b_.CreateAlloca(compute_, nullptr, "acc.a");
   llvm::AllocaInst* acc_b = b_.CreateAlloca(compute_, nullptr, "acc.b");
-  Value* scratch = row.op == RowOp::layer_norm
+  Value* scratch = row.op != RowOp::softmax && row.op != RowOp::log_softmax
                        ? nullptr
                        : b_.CreateAlloca(compute_, b_.getInt64(kRowScratchElements), "row.kept");
   Value* n = b_.CreateUIToFP(shape_[last], compute_);  // the row length, exact below 2^24
@@ -118,6 +120,33 @@ void KernelEmitter::emit_rows() {
       }
     };
 
+    if (row_op_reduces(row.op)) {
+      // sum and mean add in f64 and round once, as the reference kernel does; the result
+      // enters the body as f32, exactly (rounded to its dtype first, from f64).
+      const bool select = row.op == RowOp::max || row.op == RowOp::min;
+      llvm::Type* wide = b_.getDoubleTy();
+      llvm::AllocaInst* acc = select ? acc_a : b_.CreateAlloca(wide, nullptr, "acc.f64");
+      b_.CreateStore(select ? f.c(row.op == RowOp::max ? -kInf : kInf) : llvm::ConstantFP::get(wide, 0.0), acc);
+      columns("reduce", [&](Value*, const std::vector<Value*>& at) {
+        Value* x = x_at(at);
+        Value* old = b_.CreateLoad(select ? compute_ : wide, acc);
+        Value* next = nullptr;
+        if (select) {
+          next = b_.CreateBinaryIntrinsic(row.op == RowOp::max ? llvm::Intrinsic::maximum : llvm::Intrinsic::minimum, old, x);
+        } else {
+          next = b_.CreateFAdd(old, b_.CreateFPExt(x, wide));
+          llvm::cast<llvm::Instruction>(next)->setHasAllowReassoc(true);
+        }
+        b_.CreateStore(next, acc);
+      });
+      Value* y = b_.CreateLoad(select ? compute_ : wide, acc);
+      if (!select) {
+        if (row.op == RowOp::mean) y = b_.CreateFDiv(y, b_.CreateUIToFP(shape_[last], wide));
+        y = b_.CreateFPTrunc(round_in_compute(b_, y, row.result_dtype), compute_);
+      }
+      finish(offsets_at(b_.getInt64(0)), y);
+      return;
+    }
     if (row.op == RowOp::layer_norm) {
       b_.CreateStore(f.c(0), acc_a);
       columns("sum", [&](Value*, const std::vector<Value*>& at) { accumulate(acc_a, x_at(at), false); });

@@ -19,8 +19,8 @@
 //   plan-fusion      fused kernels, external ops and views; with backward, forward and
 //                      backward nodes in separate kernels, forward steps first
 //                      (PlannerOptions::backward_nodes: Executable::run_forward)
-//   row-kernels      with PlannerOptions::row_kernels: softmax, log_softmax and LayerNorm
-//                      over the last axis as generated kernels, with the kernels before and
+//   row-kernels      with PlannerOptions::row_kernels: softmax, log_softmax, LayerNorm and
+//                      the reductions over the last axis as generated kernels, with the kernels before and
 //                      after them merged in (engine/planning/row_fusion.h)
 //   recompute        with PlannerOptions::recompute: cheap values computed again in the
 //                      kernels that read them instead of stored (engine/planning/recompute.h)

@@ -190,6 +190,52 @@ TEST(RowKernels, MatchTheInterpreterOverDtypesAndSizes) {
       }
 }
 
+// sum, mean, max and min over the last axis: one pass, one value a row (keepdims or not,
+// rank 1 to [1]), sums added in f64 as the reference adds them; a cast before them joins.
+TEST(RowKernels, ReductionsOverTheLastAxis) {
+  const ir::Graph g = parsed(R"(graph {
+    %x = var input : bf16[3,5,77]
+    %y = var input : f32[3,5,77]
+    %v = var input : f32[130]
+    %e = exp(%y)
+    %s = sum(%e) {axis=[-1]}
+    %m = mean(%x) {axis=[2], keepdims=true}
+    %xf = amp_cast(%x) {dtype=f32}
+    %hi = max(%xf) {axis=[-1]}
+    %lo = min(%v) {axis=[0]}
+    return %s, %m, %hi, %lo
+  })");
+  const engine::Executable exe = engine::Executable::compile(g, row_options());
+  EXPECT_EQ(exe.compile_stats().row_kernels, 4);
+  EXPECT_EQ(exe.compile_stats().external_ops, 0);
+  // One pass can afford the exp before it.
+  EXPECT_FILECHECK(plan_text(exe), R"(
+    CHECK-DAG: nodes: %e=exp %s=sum  in: %y  out: %s
+    CHECK-DAG: nodes: %m=mean  in: %x  out: %m
+    CHECK-DAG: nodes: %xf=amp_cast %hi=max  in: %x  out: %hi
+    CHECK-DAG: nodes: %lo=min  in: %v  out: %lo)");
+  for (uint64_t seed : {1, 2}) EXPECT_TRUE(close_to_interpreter(g, exe, seed, 1e-6)) << seed;
+  // max and min pick an element: exactly the interpreter's.
+  const runtime::Bindings vars = runtime::random_bindings(g, 3);
+  const std::vector<runtime::Tensor> want = runtime::interpret(g, vars), got = exe.run(vars);
+  for (size_t k : {2u, 3u})
+    for (int64_t i = 0; i < want[k].size(); ++i) EXPECT_EQ(got[k].get_f64(i), want[k].get_f64(i)) << k << " " << i;
+
+  // Other axes, several axes, exclude, empty rows, f64: external.
+  for (const char* body : {"%s = sum(%x) {axis=[0]}", "%s = mean(%x) {axis=[1,2]}", "%s = max(%x) {axis=[1], exclude=true}",
+                           "%s = sum(%x)"}) {
+    SCOPED_TRACE(body);
+    const ir::Graph h = parsed(fmt::format("graph {{\n %x = var input : f32[4,6,9]\n {}\n return %s\n}}", body));
+    const engine::Executable other = engine::Executable::compile(h, row_options());
+    EXPECT_EQ(other.compile_stats().row_kernels, 0);
+    EXPECT_TRUE(close_to_interpreter(h, other, 4, 1e-6));
+  }
+  const ir::Graph empty = parsed("graph {\n %x = var input : f32[4,0]\n %s = max(%x) {axis=[1]}\n return %s\n}");
+  const engine::Executable e = engine::Executable::compile(empty, row_options());
+  EXPECT_EQ(e.compile_stats().row_kernels, 0);
+  EXPECT_EQ(e.run(runtime::random_bindings(empty, 1))[0].get_f64(3), -std::numeric_limits<double>::infinity());
+}
+
 // Against the exact result, not only the reference kernel: f64 math from the f32 argument
 // (x - max) / t that every f32 softmax rounds first (its rounding alone is |x - max| / t
 // ulps of the result, the same in every implementation). Within a few f32 ulps for every
@@ -319,6 +365,11 @@ TEST(RowKernels, SpecChecksAndCacheKeys) {
   other.shape = {};
   other.inputs[0].strides = other.outputs[0].strides = {};
   EXPECT_ERROR(other.validate(), "a row kernel needs rank 1 or more");
+  other = spec;
+  other.row->op = codegen::RowOp::sum;
+  EXPECT_ERROR(other.validate(), "output 0 'y' of the row sum has stride 1 along the row (one value a row: 0)");
+  other.outputs[0].strides = {1, 0};
+  EXPECT_NO_THROW(other.validate());
   other = spec;
   other.row->data_dtype = ir::DType::f64;
   EXPECT_ERROR(other.validate(), "the row softmax reads and gives f32, f16 or bf16, not f64");

@@ -42,8 +42,8 @@ void add_plan_args(CLI::App& cmd, PlanArgs& a) {
                "Keep the add and relu after each Convolution and FullyConnected as fused kernels (fused inference "
                "plans on the CPU run them as oneDNN post-ops of that op)");
   cmd.add_flag("--no-row-kernels", a.no_row_kernels,
-               "Run softmax, log_softmax and LayerNorm on oneDNN or the reference kernels (fused inference plans on "
-               "the CPU generate them, over the last axis, with the kernels before and after them merged in)");
+               "Run softmax, log_softmax, LayerNorm and sum/mean/max/min on oneDNN or the reference kernels (fused "
+               "inference plans on the CPU generate them, over the last axis, with the kernels around them merged in)");
 }
 
 }  // namespace ampfuse::tools

@@ -280,7 +280,7 @@ std::string plan_text(const PlanSummary& p) {
     out += fmt::format("         convolutions and FullyConnected ops run with the add and relu after them as oneDNN post-ops: {}\n",
                        p.fused_epilogues);
   if (p.row_kernels > 0)
-    out += fmt::format("         softmax / log_softmax / LayerNorm as generated row kernels with the kernels around them: {}\n",
+    out += fmt::format("         softmax, LayerNorm and last-axis reductions as generated row kernels with the kernels around them: {}\n",
                        p.row_kernels);
   if (p.host_round_trips > 0)
     out += fmt::format("         {} host steps wait for values computed on the device\n", p.host_round_trips);

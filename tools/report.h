@@ -81,7 +81,7 @@ struct PlanSummary {
   int widened_external = 0;  // external ops computed in f32 with casts fused around them
   int folded_batchnorms = 0; // BatchNorms folded into the Convolution before them
   int fused_epilogues = 0;    // Convolutions / FullyConnecteds run with their add/relu as oneDNN post-ops
-  int row_kernels = 0;        // softmax / log_softmax / LayerNorm generated with their neighbours
+  int row_kernels = 0;        // softmax, LayerNorm, last-axis reductions generated with their neighbours
   std::map<int, int> ops_per_kernel;  // ops in a kernel -> how many kernels (of `kernels`)
   // The first compile's kernels: compiled now ("cold"), loaded from the disk cache
   // (AMPFUSE_CACHE_DIR), found in memory (this process had compiled them already).

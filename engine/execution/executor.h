@@ -87,8 +87,8 @@ struct ExecutorOptions {
   // rounding (one rounding instead of two); f32 results are the same. Ignored with backward
   // or training, on a GPU, and without use_onednn.
   bool fuse_epilogues = false;
-  // Inference on the CPU: softmax, log_softmax and LayerNorm over the last axis run as
-  // generated row kernels, with the fused kernels before and after them merged in
+  // Inference on the CPU: softmax, log_softmax and LayerNorm over the last axis and the
+  // sum/mean/max/min of the last axis run as generated row kernels, with the fused kernels before and after them merged in
   // (engine/planning/row_fusion.h): their casts, bias adds and the like cost no pass over
   // memory. Results differ from the reference kernels by summation order and exp/log ULPs,
   // as oneDNN's do. Ignored with backward, training or check_nonfinite, and on a GPU.
@@ -145,7 +145,7 @@ struct CompileStats {
   // Convolutions and FullyConnecteds run with their add and relu as oneDNN post-ops
   // (ExecutorOptions::fuse_epilogues).
   int fused_epilogues = 0;
-  // Row kernels: softmax / log_softmax / LayerNorm generated with their neighbours
+  // Row kernels: softmax, LayerNorm and last-axis reductions generated with their neighbours
   // (ExecutorOptions::row_kernels).
   int row_kernels = 0;
   // With ExecutorOptions::backward: the forward outputs come first, then the gradients of

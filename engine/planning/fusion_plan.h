@@ -124,8 +124,8 @@ struct PlannerOptions {
   // forward steps can run as a pass of their own and the backward ones later, on the values
   // the forward kept (Executable::run_forward / run_backward). Empty: one phase.
   std::vector<bool> backward_nodes{};
-  // After planning, softmax, log_softmax and LayerNorm over the last axis become generated
-  // row kernels, with their neighbouring kernels merged in (engine/planning/row_fusion.h;
+  // After planning, softmax, log_softmax and LayerNorm over the last axis and the
+  // sum/mean/max/min of the last axis become generated row kernels, with their neighbouring kernels merged in (engine/planning/row_fusion.h;
   // results differ from the reference kernels by summation order and exp/log ULPs, as
   // oneDNN's do). lower() runs it; plan_fusion does not. CPU only: the CUDA emitter has no
   // row kernels.

@@ -135,7 +135,9 @@ LoweredKernel lower_kernel(const ir::Graph& g, const FusedKernel& k, const std::
     const size_t c = static_cast<size_t>(centre - k.nodes.begin());
     const int32_t n = *centre;
     const ir::Node& node = g.nodes[n];
-    if (!is_row_op(g, n) || !k.node_maps[c].is_identity())
+    const bool reduces = node.outputs[0].shape != k.iteration;
+    if (!is_row_op(g, n) || !(k.node_maps[c] == (reduces ? row_result_map(node.outputs[0].shape, k.iteration.size())
+                                                          : AccessMap::identity(k.iteration.size()))))
       fail("internal: kernel {} computes node '{}' ({}), which is not a row op over its iteration space", name,
            node.name, node.op);
     ScalarBuilder data(n_in);
@@ -155,6 +157,11 @@ LoweredKernel lower_kernel(const ir::Graph& g, const FusedKernel& k, const std::
       const AccessMap by_column{{static_cast<int32_t>(k.iteration.size() - 1)}, {1}, {0}};
       row.gamma = operand_of({node.inputs[1], g.type(node.inputs[1]).shape, by_column}, node, 1);
       row.beta = operand_of({node.inputs[2], g.type(node.inputs[2]).shape, by_column}, node, 2);
+    } else if (node.op == "sum" || node.op == "mean" || node.op == "max" || node.op == "min") {
+      row.op = node.op == "sum"    ? codegen::RowOp::sum
+               : node.op == "mean" ? codegen::RowOp::mean
+               : node.op == "max"  ? codegen::RowOp::max
+                                   : codegen::RowOp::min;
     } else {
       row.op = node.op == "log_softmax" ? codegen::RowOp::log_softmax : codegen::RowOp::softmax;
       row.constant = node.attrs.is_none("temperature") ? 1.0 : node.attrs.get_float("temperature");

@@ -1,6 +1,7 @@
 #include "engine/planning/row_fusion.h"
 
 #include "ir/ops/nn_params.h"
+#include "ir/ops/tensor_shapes.h"
 
 #include <algorithm>
 #include <map>
@@ -33,20 +34,49 @@ bool reads_element_for_element(const FusedKernel& k, ValueRef v, const ir::Shape
   return any;
 }
 
+}  // namespace
+
+AccessMap row_result_map(const ir::Shape& out, size_t rank) {
+  AccessMap m;
+  for (size_t d = 0; d < out.size(); ++d) {
+    // keepdims (rank dims, the last of extent 1) or not (rank - 1 dims); a rank-1 input
+    // reduces to [1], as MXNet 1.x does.
+    const bool row_dim = d + 1 < rank && (out.size() == rank || out.size() == rank - 1);
+    m.iter_dim.push_back(row_dim ? static_cast<int32_t>(d) : -1);
+    m.scale.push_back(row_dim ? 1 : 0);
+    m.offset.push_back(0);
+  }
+  return m;
+}
+
+namespace {
+
 void add_operand(std::vector<KernelOperand>& list, const KernelOperand& op) {
   if (std::find(list.begin(), list.end(), op) == list.end()) list.push_back(op);
 }
 
 }  // namespace
 
+bool is_row_reduction(const ir::Node& node) {
+  return node.op == "sum" || node.op == "mean" || node.op == "max" || node.op == "min";
+}
+
 bool is_row_op(const ir::Graph& g, int32_t n) {
   const ir::Node& node = g.nodes[n];
   const bool softmax = node.op == "softmax" || node.op == "log_softmax";
-  if ((!softmax && node.op != "LayerNorm") || node.outputs.size() != 1) return false;
+  if ((!softmax && node.op != "LayerNorm" && !is_row_reduction(node)) || node.outputs.size() != 1) return false;
   const ir::Shape& shape = g.type(node.inputs[0]).shape;
-  if (shape.empty() || node.outputs[0].shape != shape) return false;
-  if (ir::nn::normalize_axis(node.attrs.get_int("axis"), shape.size()) != static_cast<int64_t>(shape.size()) - 1)
-    return false;
+  if (shape.empty()) return false;
+  if (is_row_reduction(node)) {
+    // The last axis alone, of at least one element (an empty row's identity would never be
+    // stored: the kernel has no iterations).
+    const std::vector<bool> reduced = ir::reduce_plan(shape, node.attrs).reduced;
+    if (shape.back() == 0 || !reduced.back() || std::count(reduced.begin(), reduced.end(), true) != 1) return false;
+  } else {
+    if (node.outputs[0].shape != shape) return false;
+    if (ir::nn::normalize_axis(node.attrs.get_int("axis"), shape.size()) != static_cast<int64_t>(shape.size()) - 1)
+      return false;
+  }
   if (softmax && node.inputs.size() != 1) return false;
   for (ValueRef in : node.inputs)
     if (!is_f32_or_narrower(g.type(in).dtype)) return false;
@@ -79,18 +109,20 @@ int fuse_row_kernels(const ir::Graph& g, Plan& plan) {
     if (!external || !is_row_op(g, external->node)) continue;
     const int32_t n = external->node;
     const ir::Node& node = g.nodes[n];
-    const ir::Shape& shape = node.outputs[0].shape;
+    const ValueRef data = node.inputs[0], result{n, 0};
+    const ir::Shape& shape = g.type(data).shape;  // the iteration space
     const size_t rank = shape.size();
     const AccessMap identity = AccessMap::identity(rank);
-    const ValueRef data = node.inputs[0], result{n, 0};
+    const bool reduces = is_row_reduction(node);
+    const AccessMap result_map = reduces ? row_result_map(node.outputs[0].shape, rank) : identity;
 
     std::optional<size_t> prologue, epilogue;
     if (const auto it = producer.find(data); it != producer.end() && readers[data] == 1)
       if (const FusedKernel* p = free_kernel(it->second);
           p && joinable(g, *p, shape) && p->outputs.size() == 1 && p->outputs[0].value == data &&
-          p->outputs[0].map.is_identity() && kernel_work(g, *p).transcendental_cost == 0)
+          p->outputs[0].map.is_identity() && (reduces || kernel_work(g, *p).transcendental_cost == 0))
         prologue = it->second;
-    if (readers[result] == 1)
+    if (readers[result] == 1 && !reduces)
       for (size_t e = s + 1; e < steps.size(); ++e) {
         const std::vector<ValueRef> reads = step_reads(g, steps[e]);
         if (std::find(reads.begin(), reads.end(), result) == reads.end()) continue;
@@ -112,7 +144,7 @@ int fuse_row_kernels(const ir::Graph& g, Plan& plan) {
       k.inputs.push_back({data, shape, identity});
     }
     k.nodes.push_back(n);
-    k.node_maps.push_back(identity);
+    k.node_maps.push_back(result_map);
     // LayerNorm's gamma and beta: indexed by the column alone.
     const AccessMap by_column{{static_cast<int32_t>(rank - 1)}, {1}, {0}};
     for (size_t i = 1; i < node.inputs.size(); ++i) add_operand(k.inputs, {node.inputs[i], g.type(node.inputs[i]).shape, by_column});
@@ -126,7 +158,7 @@ int fuse_row_kernels(const ir::Graph& g, Plan& plan) {
       removed[s] = true;
       merged[*epilogue] = std::move(k);
     } else {
-      k.outputs.push_back({result, shape, identity});
+      k.outputs.push_back({result, node.outputs[0].shape, result_map});
       merged[s] = std::move(k);
     }
     ++count;

@@ -1,6 +1,6 @@
-// Row kernels: softmax, log_softmax and LayerNorm over the last axis as generated kernels
-// (codegen/row_loops.cpp), with the fused kernel that computes their data and the one that
-// reads their result merged into them.
+// Row kernels: softmax, log_softmax, LayerNorm and the sum/mean/max/min of the last axis as
+// generated kernels (codegen/row_loops.cpp), with the fused kernel that computes their data
+// and the one that reads their result merged into them.
 //
 //   kernel [8,100,100] %add=broadcast_add        kernel [8,100,100] %add=broadcast_add
 //   external %sm=softmax                   ->                       %sm=softmax
@@ -15,16 +15,22 @@
 
 namespace ampfuse::engine {
 
-// Whether node n can be a row kernel's centre: softmax or log_softmax (no length input) or
-// LayerNorm (one output) over the last axis, of f32/f16/bf16 values (computed in f32).
+// Whether node n can be a row kernel's centre: softmax or log_softmax (no length input),
+// LayerNorm (one output), or the reduction sum, mean, max or min (of the last axis alone,
+// not empty), over the last axis of f32/f16/bf16 values (computed in f32).
 bool is_row_op(const ir::Graph& g, int32_t n);
+
+// How a reduction's output of shape `out` is indexed from the row kernel's iteration space
+// of rank `rank`: the row dimensions map to the output's, the row itself to nothing.
+ir::AccessMap row_result_map(const ir::Shape& out, size_t rank);
 
 // Turns every external step whose node is_row_op into a FusedKernel computing that node.
 // The kernel producing its data joins it when nothing else reads that value and the
 // kernel computes nothing else, over the same iteration space, cheaply (no transcendental
-// function: the row kernel evaluates it in each of its three passes). The kernel reading
-// its result joins it when nothing else reads the result and it reads it element for
-// element over the same iteration space. No kernel drawing random bits joins. Returns how
+// function where the row kernel evaluates it in each of its three passes; the reductions
+// take one). The kernel reading its result joins it when nothing else reads the result and
+// it reads it element for element over the same iteration space (not for the reductions,
+// whose result has another shape). No kernel drawing random bits joins. Returns how
 // many row kernels the plan now has.
 int fuse_row_kernels(const ir::Graph& g, Plan& plan);
 

@@ -128,7 +128,7 @@ Region::Compiled& Region::compiled_for(const std::vector<RegionInput>& inputs) {
   // own oneDNN fusion runs them: the same f32 results, one rounding fewer in bf16
   // (engine/passes/epilogue_fusion.h).
   eo.fuse_epilogues = form_ != RegionForm::training;
-  // softmax / log_softmax / LayerNorm as generated kernels with their casts and neighbours
+  // softmax, LayerNorm and last-axis reductions as generated kernels with their casts and neighbours
   // (engine/planning/row_fusion.h).
   eo.row_kernels = form_ != RegionForm::training;
   auto c = std::make_unique<Compiled>(Compiled{engine::Executable::compile(std::move(g), eo), {}, {}});
