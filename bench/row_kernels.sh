@@ -8,12 +8,17 @@
 # bench/peers (built with MXNet from the MXNet virtual environment when one is there:
 # ROW_BENCH_VENV, default build/py-venv) and the Sockeye transformer of models/, f32 and bf16.
 #
+# Teams of 2 threads in every run (AMPFUSE_TEAMS=always unless set), as the peer harness
+# runs: the adaptive default goes solo when neighbours hold the cores, and then a case's two
+# sides would differ by that, not by their kernels.
+#
 #   bench/row_kernels.sh [path/to/ampfuse]   (default build/ampfuse; ROW_BENCH_ROUNDS=5)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 AMPFUSE=${1:-build/ampfuse}
 ROUNDS=${ROW_BENCH_ROUNDS:-5}
 MXNET_VENV=${ROW_BENCH_VENV:-build/py-venv}
+export AMPFUSE_TEAMS=${AMPFUSE_TEAMS:-always}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) cores; binary: $AMPFUSE; $ROUNDS rounds"

@@ -394,7 +394,10 @@ KernelSignature signature(const KernelSpec& spec) {
   for (const OperandSpec& o : spec.outputs) sig.outputs.push_back(describe(o));
   if (any_strided) {
     sig.rank = static_cast<int>(spec.shape.size());
-    sig.wide_index = reach >= kInt32Limit;
+    // Row kernels index in int64 always: with int32 offsets every column loop of every row
+    // began with run-time overflow checks (LLVM's SCEV predicates), a quarter of a
+    // 512-column row's work.
+    sig.wide_index = reach >= kInt32Limit || spec.row;
     if (!spec.row) choose_tile(spec, sig);
   }
   return sig;
