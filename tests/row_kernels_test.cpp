@@ -164,6 +164,9 @@ TEST(RowKernels, MatchTheInterpreterOverDtypesAndSizes) {
   for (const std::vector<int64_t>& shape : shapes)
     for (const char* dtype : {"f32", "bf16", "f16"})
       for (const char* op : ops) {
+        // Past 2^20 elements the interpreter's side takes seconds in the sanitizer build:
+        // f32 alone there.
+        if (ir::num_elements(shape) > (int64_t{1} << 20) && std::string(dtype) != "f32") continue;
         const std::string dims = fmt::format("{}", fmt::join(shape, ","));
         const std::string name = std::string(op);
         SCOPED_TRACE(fmt::format("{} {}[{}]", op, dtype, dims));
