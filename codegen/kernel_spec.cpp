@@ -44,7 +44,10 @@ void validate_operand(const KernelSpec& spec, const OperandSpec& o, int k, bool 
            d);
     // Two iterations writing one element would race between threads and make the result
     // depend on the split. A reducing row kernel writes each output once a row.
-    const bool row_result = spec.row && row_op_reduces(spec.row->op) && d + 1 == o.strides.size();
+    // (The outputs the row's data program stores come last and are stored per element.)
+    const size_t stored_by_data = spec.row ? std::max<size_t>(spec.row->data.results.size(), 1) - 1 : 0;
+    const bool body_output = is_output && static_cast<size_t>(k) < spec.inputs.size() + spec.outputs.size() - stored_by_data;
+    const bool row_result = spec.row && row_op_reduces(spec.row->op) && body_output && d + 1 == o.strides.size();
     if (is_output && row_result && o.strides[d] != 0)
       fail("kernel '{}': {} of the row {} has stride {} along the row (one value a row: 0)", spec.name,
            operand_label(spec, k), row_op_name(spec.row->op), o.strides[d]);
@@ -91,7 +94,11 @@ void validate_row(const KernelSpec& spec) {
   for (ir::DType t : {row.data_dtype, row.result_dtype})
     if (!ir::is_float(t) || t == ir::DType::f64)
       fail("kernel '{}': the row {} reads and gives f32, f16 or bf16, not {}", spec.name, row_op_name(row.op), ir::dtype_name(t));
-  validate_program(spec, row.data, "row data", static_cast<int>(spec.inputs.size()) + spec.num_params, 1);
+  if (row.data.results.empty() || row.data.results.size() > spec.outputs.size() + 1)
+    fail("kernel '{}': the row data has {} results for x and at most {} outputs", spec.name, row.data.results.size(),
+         spec.outputs.size());
+  validate_program(spec, row.data, "row data", static_cast<int>(spec.inputs.size()) + spec.num_params,
+                   row.data.results.size());
   for (const ir::ScalarInstr& s : row.data.instrs)
     if (ir::reads_element_index(s.op)) fail("kernel '{}': the row data draws random bits", spec.name);
   const bool affine = row.op == RowOp::layer_norm;
@@ -103,11 +110,12 @@ void validate_row(const KernelSpec& spec) {
 }
 
 void validate_body(const KernelSpec& spec) {
+  if (spec.row) validate_row(spec);
   const int expected = static_cast<int>(spec.inputs.size()) + spec.num_params + (spec.row ? 1 : 0);
-  validate_program(spec, spec.body, "body", expected, spec.outputs.size());
+  const size_t stored_by_data = spec.row && !spec.row->data.results.empty() ? spec.row->data.results.size() - 1 : 0;
+  validate_program(spec, spec.body, "body", expected, spec.outputs.size() - std::min(stored_by_data, spec.outputs.size()));
   if (spec.row && ir::uses_element_index(spec.body))
     fail("kernel '{}': the body of a row kernel draws random bits", spec.name);
-  if (spec.row) validate_row(spec);
 }
 
 Layout classify(const std::vector<int64_t>& shape, const std::vector<int64_t>& strides) {

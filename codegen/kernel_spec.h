@@ -59,7 +59,9 @@ struct RowSpec {
   RowOp op = RowOp::softmax;
   // x at one element: result 0 of this program, whose inputs are the kernel's (input
   // operands, then parameters, as the body's), rounded to data_dtype: the value the
-  // interpreter stores between the ops before the row op and the row op.
+  // interpreter stores between the ops before the row op and the row op. Its further
+  // results are stored, in the row's first pass, to the kernel's last outputs (the body's
+  // results go to the ones before them).
   ir::ScalarProgram data;
   ir::DType data_dtype = ir::DType::f32;
   // y is rounded to this (the row op's output dtype) before the body reads it.

@@ -81,9 +81,19 @@ void KernelEmitter::emit_rows() {
       for (int k = 0; k < num_operands(); ++k) at.push_back(strided_offset(k, row_offset[k], {{last, c}}));
       return at;
     };
-    // x at column c: the data program, rounded as the interpreter stores it.
-    auto x_at = [&](const std::vector<Value*>& at) {
-      Value* x = lower_scalar_program(b_, row.data, program_inputs(row.data, at), nullptr, compute_)[0];
+    // x at column c: the data program, rounded as the interpreter stores it. The first pass
+    // (`first`) also stores the program's further results, the kernel's last outputs.
+    const int stored_by_data = static_cast<int>(row.data.results.size()) - 1;
+    auto x_at = [&](const std::vector<Value*>& at, bool first = false) {
+      const std::vector<Value*> results = lower_scalar_program(b_, row.data, program_inputs(row.data, at), nullptr, compute_);
+      for (int j = 0; first && j < stored_by_data; ++j) {
+        const int k = num_operands() - stored_by_data + j;
+        llvm::Type* elem = storage_type(ctx_, operand(k).dtype);
+        llvm::StoreInst* store = b_.CreateStore(narrow_from_compute(b_, results[1 + j], operand(k).dtype),
+                                                b_.CreateInBoundsGEP(elem, base_[k], at[k]));
+        tag_access(store, k);
+      }
+      Value* x = results[0];
       return row.data_dtype == ir::DType::f32 ? x : round_in_compute(b_, x, row.data_dtype);
     };
     // One pass over the row: body(c, offsets) for every column. Whole blocks of
@@ -128,7 +138,7 @@ void KernelEmitter::emit_rows() {
       llvm::AllocaInst* acc = select ? acc_a : b_.CreateAlloca(wide, nullptr, "acc.f64");
       b_.CreateStore(select ? f.c(row.op == RowOp::max ? -kInf : kInf) : llvm::ConstantFP::get(wide, 0.0), acc);
       columns("reduce", [&](Value*, const std::vector<Value*>& at) {
-        Value* x = x_at(at);
+        Value* x = x_at(at, true);
         Value* old = b_.CreateLoad(select ? compute_ : wide, acc);
         Value* next = nullptr;
         if (select) {
@@ -149,7 +159,7 @@ void KernelEmitter::emit_rows() {
     }
     if (row.op == RowOp::layer_norm) {
       b_.CreateStore(f.c(0), acc_a);
-      columns("sum", [&](Value*, const std::vector<Value*>& at) { accumulate(acc_a, x_at(at), false); });
+      columns("sum", [&](Value*, const std::vector<Value*>& at) { accumulate(acc_a, x_at(at, true), false); });
       Value* mean = f.div(b_.CreateLoad(compute_, acc_a), n);
       b_.CreateStore(f.c(0), acc_b);
       columns("squares", [&](Value*, const std::vector<Value*>& at) {
@@ -174,7 +184,7 @@ void KernelEmitter::emit_rows() {
     // for log_softmax, (x - max) / t) from the sum's pass: the last pass then neither
     // recomputes x nor calls exp again.
     b_.CreateStore(f.c(-kInf), acc_a);
-    columns("max", [&](Value*, const std::vector<Value*>& at) { accumulate(acc_a, x_at(at), true); });
+    columns("max", [&](Value*, const std::vector<Value*>& at) { accumulate(acc_a, x_at(at, true), true); });
     Value* max = b_.CreateLoad(compute_, acc_a);
     Value* t = f.c(row.constant);
     const bool log = row.op == RowOp::log_softmax;

@@ -121,10 +121,14 @@ TEST(RowKernels, NeighboursJoinOnlyWhenNothingElseReadsTheLinkElementForElement)
     int row_kernels;
   };
   const Case cases[] = {
-      {"data also an output: the kernel computing it stays apart",
+      {"data also an output: the row kernel stores it in its first pass",
        "%e = _mul_scalar(%x) {scalar=2}\n %sm = softmax(%e)\n return %sm, %e",
-       "CHECK: kernel 0 [6,10] nodes: %e=_mul_scalar\n CHECK-NEXT: kernel 1 [6,10] nodes: %sm=softmax  in: %e  out: %sm",
-       1},
+       "CHECK: kernel 0 [6,10] nodes: %e=_mul_scalar %sm=softmax  in: %x  out: %sm %e", 1},
+      {"data read by a step before the row op: the kernel computing it stays apart",
+       "%w = var param : f32[4,10]\n %e = _mul_scalar(%x) {scalar=2}\n"
+       " %fc = FullyConnected(%e, %w) {num_hidden=4, no_bias=true}\n %sm = softmax(%e)\n return %sm, %fc",
+       "CHECK: kernel 0 [6,10] nodes: %e=_mul_scalar\n CHECK-NEXT: external %fc=FullyConnected\n"
+       " CHECK-NEXT: kernel 1 [6,10] nodes: %sm=softmax  in: %e  out: %sm", 1},
       {"a transcendental prologue would run three times: it stays apart",
        "%e = exp(%x)\n %sm = softmax(%e)\n return %sm",
        "CHECK: kernel 0 [6,10] nodes: %e=exp\n CHECK-NEXT: kernel 1 [6,10] nodes: %sm=softmax  in: %e", 1},
@@ -305,6 +309,32 @@ TEST(RowKernels, SpecialValuesStayInTheirRow) {
   }
   EXPECT_EQ(got[0].get_f64(9 + 2), 0.0);
   EXPECT_EQ(got[1].get_f64(9 + 2), -std::numeric_limits<double>::infinity());
+}
+
+// A pre-LayerNorm residual block: the residual sum is the LayerNorm's data and the next
+// residual's operand. The row kernel computes it, stores it in its first pass and
+// normalizes it without reading it back; the output buffer is never one of its inputs'.
+TEST(RowKernels, PreLayerNormResidualIsStoredByTheRowKernel) {
+  const ir::Graph g = parsed(R"(graph {
+    %x = var input : f32[2,10,64]
+    %a = var input : f32[2,10,64]
+    %g = var param : f32[64]
+    %b = var param : f32[64]
+    %w = var param : f32[64,64]
+    %res = elemwise_add(%x, %a)
+    %ln = LayerNorm(%res, %g, %b)
+    %y = FullyConnected(%ln, %w) {num_hidden=64, no_bias=true, flatten=false}
+    %out = elemwise_add(%res, %y)
+    %e = exp(%a)
+    %s = sum(%e) {axis=[-1]}
+    return %out, %s, %e
+  })");
+  const engine::Executable exe = engine::Executable::compile(g, row_options());
+  EXPECT_EQ(exe.compile_stats().row_kernels, 2);
+  EXPECT_FILECHECK(plan_text(exe), R"(
+    CHECK-DAG: nodes: %res=elemwise_add %ln=LayerNorm  in: %x %a %g(mapped) %b(mapped)  out: %ln %res
+    CHECK-DAG: nodes: %e=exp %s=sum  in: %a  out: %s %e)");
+  for (uint64_t seed : {5, 6}) EXPECT_TRUE(close_to_interpreter(g, exe, seed, 1e-5)) << seed;
 }
 
 // Row kernels need what only inference on the CPU gives: no gradient, no overflow flag.

@@ -212,9 +212,14 @@ class MemoryPlanner {
   }
 
   // An input of kernel `k` (step s) whose slot output `out` can take: dead after this step,
-  // read once, element for element as `out` is written, same element size.
+  // read once, element for element as `out` is written, same element size. Not an output
+  // a row kernel stores in its first pass (computed before its row op, row_fusion.h): its
+  // later passes read their inputs again.
   int32_t in_place_input(const FusedKernel& k, const KernelOperand& out, int32_t s, Space sp,
                          const std::vector<bool>& taken) const {
+    const auto centre = std::find_if(k.nodes.begin(), k.nodes.end(),
+                                     [&](int32_t n) { return fusion_role(g_.nodes[n]) == FusionRole::external; });
+    if (std::find(k.nodes.begin(), centre, out.value.node) != centre && centre != k.nodes.end()) return -1;
     const int32_t o = m_.id(out.value);
     for (const KernelOperand& in : k.inputs) {
       const int32_t r = m_.root_of(in.value);

@@ -130,6 +130,7 @@ LoweredKernel lower_kernel(const ir::Graph& g, const FusedKernel& k, const std::
   };
 
   ScalarBuilder b(n_in + (row_kernel ? 1 : 0));
+  size_t data_outputs = 0;  // a row kernel's outputs its data program stores
   std::map<ValueRef, ScalarBuilder::Val> inside;  // values the body computed so far
   if (row_kernel) {
     const size_t c = static_cast<size_t>(centre - k.nodes.begin());
@@ -143,12 +144,22 @@ LoweredKernel lower_kernel(const ir::Graph& g, const FusedKernel& k, const std::
     ScalarBuilder data(n_in);
     std::map<ValueRef, ScalarBuilder::Val> before;
     splice_nodes(data, before, 0, c);
+    for (const KernelOperand& op : k.outputs) data_outputs += before.count(op.value);
+    for (size_t o = 0; o + data_outputs < k.outputs.size(); ++o)
+      if (before.count(k.outputs[o].value))
+        fail("internal: kernel {} stores {}, computed before its row op, before the body's outputs", name,
+             value_name(g, k.outputs[o].value));
     const ValueRef x = node.inputs[0];
     const auto computed = before.find(x);
     const ScalarBuilder::Val x_val =
         computed != before.end() ? computed->second : data.input(operand_of({x, k.iteration, AccessMap::identity(k.iteration.size())}, node, 0));
     codegen::RowSpec row;
-    row.data = data.finish({x_val});
+    // Outputs computed before the row op (the data kernel's, row_fusion.h) come last; the
+    // data program gives them after x, stored in the row's first pass.
+    std::vector<ScalarBuilder::Val> data_results = {x_val};
+    for (size_t o = k.outputs.size() - data_outputs; o < k.outputs.size(); ++o)
+      data_results.push_back(before.at(k.outputs[o].value));
+    row.data = data.finish(data_results);
     row.data_dtype = g.type(x).dtype;
     row.result_dtype = node.outputs[0].dtype;
     if (node.op == "LayerNorm") {
@@ -173,7 +184,7 @@ LoweredKernel lower_kernel(const ir::Graph& g, const FusedKernel& k, const std::
     splice_nodes(b, inside, 0, k.nodes.size());
   }
   std::vector<ScalarBuilder::Val> stores;
-  for (const KernelOperand& op : k.outputs) stores.push_back(inside.at(op.value));
+  for (size_t o = 0; o + data_outputs < k.outputs.size(); ++o) stores.push_back(inside.at(k.outputs[o].value));
   spec.body = b.finish(stores);
 
   if (flag_nonfinite && row_kernel)

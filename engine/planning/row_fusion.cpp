@@ -55,11 +55,11 @@ void add_operand(std::vector<KernelOperand>& list, const KernelOperand& op) {
   if (std::find(list.begin(), list.end(), op) == list.end()) list.push_back(op);
 }
 
-}  // namespace
-
 bool is_row_reduction(const ir::Node& node) {
   return node.op == "sum" || node.op == "mean" || node.op == "max" || node.op == "min";
 }
+
+}  // namespace
 
 bool is_row_op(const ir::Graph& g, int32_t n) {
   const ir::Node& node = g.nodes[n];
@@ -116,12 +116,18 @@ int fuse_row_kernels(const ir::Graph& g, Plan& plan) {
     const bool reduces = is_row_reduction(node);
     const AccessMap result_map = reduces ? row_result_map(node.outputs[0].shape, rank) : identity;
 
+    // The data's kernel: its other outputs, and the data itself where other steps read it
+    // too, the row kernel stores in the row's first pass.
     std::optional<size_t> prologue, epilogue;
-    if (const auto it = producer.find(data); it != producer.end() && readers[data] == 1)
+    std::vector<KernelOperand> stored;
+    if (const auto it = producer.find(data); it != producer.end())
       if (const FusedKernel* p = free_kernel(it->second);
-          p && joinable(g, *p, shape) && p->outputs.size() == 1 && p->outputs[0].value == data &&
-          p->outputs[0].map.is_identity() && (reduces || kernel_work(g, *p).transcendental_cost == 0))
+          p && joinable(g, *p, shape) && (reduces || kernel_work(g, *p).transcendental_cost == 0) &&
+          std::find(p->outputs.begin(), p->outputs.end(), KernelOperand{data, shape, identity}) != p->outputs.end()) {
         prologue = it->second;
+        for (const KernelOperand& op : p->outputs)
+          if (op.value != data || readers[data] > 1) stored.push_back(op);
+      }
     if (readers[result] == 1 && !reduces)
       for (size_t e = s + 1; e < steps.size(); ++e) {
         const std::vector<ValueRef> reads = step_reads(g, steps[e]);
@@ -130,6 +136,22 @@ int fuse_row_kernels(const ir::Graph& g, Plan& plan) {
           epilogue = e;
         break;
       }
+    // What the prologue stores appears only where the merged kernel runs: no step before
+    // that may read it, the merged kernel itself included (its passes read their inputs
+    // again after the first pass stored over them).
+    if (prologue && !stored.empty()) {
+      const size_t place = epilogue.value_or(s);
+      for (size_t between = *prologue + 1; between <= place && prologue; ++between) {
+        if (between == s || removed[between]) continue;
+        const std::vector<ValueRef> reads = step_reads(g, steps[between]);
+        for (const KernelOperand& op : stored)
+          if (std::find(reads.begin(), reads.end(), op.value) != reads.end()) {
+            prologue.reset();
+            break;
+          }
+      }
+      if (!prologue) stored.clear();
+    }
 
     FusedKernel k;
     k.iteration = shape;
@@ -155,10 +177,15 @@ int fuse_row_kernels(const ir::Graph& g, Plan& plan) {
       for (const KernelOperand& op : e.inputs)
         if (op.value != result) add_operand(k.inputs, op);
       k.outputs = e.outputs;
+    } else {
+      k.outputs.push_back({result, node.outputs[0].shape, result_map});
+    }
+    // The body's outputs first, then what the row's data program stores (lower_kernel).
+    k.outputs.insert(k.outputs.end(), stored.begin(), stored.end());
+    if (epilogue) {
       removed[s] = true;
       merged[*epilogue] = std::move(k);
     } else {
-      k.outputs.push_back({result, node.outputs[0].shape, result_map});
       merged[s] = std::move(k);
     }
     ++count;

@@ -25,10 +25,11 @@ bool is_row_op(const ir::Graph& g, int32_t n);
 ir::AccessMap row_result_map(const ir::Shape& out, size_t rank);
 
 // Turns every external step whose node is_row_op into a FusedKernel computing that node.
-// The kernel producing its data joins it when nothing else reads that value and the
-// kernel computes nothing else, over the same iteration space, cheaply (no transcendental
-// function where the row kernel evaluates it in each of its three passes; the reductions
-// take one). The kernel reading its result joins it when nothing else reads the result and
+// The kernel producing its data joins it when it computes the data element for element
+// over the same iteration space, cheaply (no transcendental function where the row kernel
+// evaluates it in each of its three passes; the reductions take one); its other outputs,
+// and the data where other steps read it too, the row kernel stores in its first pass
+// (then no step before the merged kernel may read them). The kernel reading its result joins it when nothing else reads the result and
 // it reads it element for element over the same iteration space (not for the reductions,
 // whose result has another shape). No kernel drawing random bits joins. Returns how
 // many row kernels the plan now has.
