@@ -57,9 +57,11 @@ void KernelEmitter::emit_rows() {
   const RowSpec& row = *sig_.row;
   const int rank = sig_.rank, last = rank - 1;
   FloatOps f(b_, compute_);
-  // Accumulators live in stack slots, which SROA turns back into the loops' phis.
+  // Accumulators live in stack slots of the entry block, which SROA turns back into the
+  // loops' phis (sums of the reductions in f64).
   llvm::AllocaInst* acc_a = b_.CreateAlloca(compute_, nullptr, "acc.a");
   llvm::AllocaInst* acc_b = b_.CreateAlloca(compute_, nullptr, "acc.b");
+  llvm::AllocaInst* acc_f64 = b_.CreateAlloca(b_.getDoubleTy(), nullptr, "acc.f64");
   Value* scratch = row.op != RowOp::softmax && row.op != RowOp::log_softmax
                        ? nullptr
                        : b_.CreateAlloca(compute_, b_.getInt64(kRowScratchElements), "row.kept");
@@ -135,7 +137,7 @@ void KernelEmitter::emit_rows() {
       // enters the body as f32, exactly (rounded to its dtype first, from f64).
       const bool select = row.op == RowOp::max || row.op == RowOp::min;
       llvm::Type* wide = b_.getDoubleTy();
-      llvm::AllocaInst* acc = select ? acc_a : b_.CreateAlloca(wide, nullptr, "acc.f64");
+      llvm::AllocaInst* acc = select ? acc_a : acc_f64;
       b_.CreateStore(select ? f.c(row.op == RowOp::max ? -kInf : kInf) : llvm::ConstantFP::get(wide, 0.0), acc);
       columns("reduce", [&](Value*, const std::vector<Value*>& at) {
         Value* x = x_at(at, true);

@@ -142,8 +142,10 @@ int fuse_row_kernels(const ir::Graph& g, Plan& plan) {
     if (prologue && !stored.empty()) {
       const size_t place = epilogue.value_or(s);
       for (size_t between = *prologue + 1; between <= place && prologue; ++between) {
+        // (A removed step's reads moved to where it was merged: a later step.)
         if (between == s || removed[between]) continue;
-        const std::vector<ValueRef> reads = step_reads(g, steps[between]);
+        const std::vector<ValueRef> reads =
+            merged[between] ? step_reads(g, PlanStep(*merged[between])) : step_reads(g, steps[between]);
         for (const KernelOperand& op : stored)
           if (std::find(reads.begin(), reads.end(), op.value) != reads.end()) {
             prologue.reset();
