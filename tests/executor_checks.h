@@ -15,6 +15,7 @@
 #include "ir/type_inference.h"
 #include "runtime/interpreter.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cmath>

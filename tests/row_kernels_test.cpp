@@ -9,6 +9,7 @@
 #include "engine/planning/fusion_plan.h"
 #include "runtime/interpreter.h"
 #include "runtime/kernel_cache.h"
+#include "tests/executor_checks.h"
 #include "tests/filecheck.h"
 #include "tests/graph_checks.h"
 #include "tests/test_util.h"
@@ -32,28 +33,12 @@ engine::ExecutorOptions row_options(bool row_kernels = true) {
 
 std::string plan_text(const engine::Executable& exe) { return engine::print_plan(exe.graph(), exe.plan()); }
 
-// Every output element within `rel` of the largest |value| of its output, NaN where the
-// interpreter has NaN, infinities equal.
+// Every output element within `rel` of the largest |value| of its output (executor_checks.h'
+// same_outputs: NaN where the interpreter has NaN, infinities equal).
 ::testing::AssertionResult close_to_interpreter(const ir::Graph& g, const engine::Executable& exe, uint64_t seed,
                                                 double rel, const runtime::Bindings* given = nullptr) {
   const runtime::Bindings vars = given ? *given : runtime::random_bindings(g, seed);
-  const std::vector<runtime::Tensor> want = runtime::interpret(g, vars), got = exe.run(vars);
-  if (want.size() != got.size()) return ::testing::AssertionFailure() << got.size() << " outputs";
-  for (size_t k = 0; k < want.size(); ++k) {
-    if (want[k].type() != got[k].type())
-      return ::testing::AssertionFailure() << "output " << k << " is " << ir::type_str(got[k].type()) << ", want "
-                                           << ir::type_str(want[k].type());
-    double largest = 0;
-    for (int64_t i = 0; i < want[k].size(); ++i)
-      if (std::isfinite(want[k].get_f64(i))) largest = std::max(largest, std::fabs(want[k].get_f64(i)));
-    for (int64_t i = 0; i < want[k].size(); ++i) {
-      const double w = want[k].get_f64(i), x = got[k].get_f64(i);
-      if (std::isnan(w) ? std::isnan(x) : w == x || std::fabs(w - x) <= rel * largest) continue;
-      return ::testing::AssertionFailure() << "output " << k << " element " << i << ": got " << x << ", want " << w
-                                           << " (largest " << largest << ")";
-    }
-  }
-  return ::testing::AssertionSuccess();
+  return device::same_outputs(runtime::interpret(g, vars), exe.run(vars), {.of_largest = rel});
 }
 
 // One rounding of the output type, relative to the output's largest value, plus f32's
