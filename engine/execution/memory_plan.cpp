@@ -1,5 +1,6 @@
 #include "engine/execution/memory_plan.h"
 
+#include "engine/planning/row_fusion.h"
 #include "ir/error.h"
 
 #include <fmt/format.h>
@@ -217,9 +218,11 @@ class MemoryPlanner {
   // later passes read their inputs again.
   int32_t in_place_input(const FusedKernel& k, const KernelOperand& out, int32_t s, Space sp,
                          const std::vector<bool>& taken) const {
-    const auto centre = std::find_if(k.nodes.begin(), k.nodes.end(),
-                                     [&](int32_t n) { return fusion_role(g_.nodes[n]) == FusionRole::external; });
-    if (std::find(k.nodes.begin(), centre, out.value.node) != centre && centre != k.nodes.end()) return -1;
+    const size_t centre = row_op_index(g_, k);
+    if (centre < k.nodes.size() &&
+        std::find(k.nodes.begin(), k.nodes.begin() + static_cast<std::ptrdiff_t>(centre), out.value.node) !=
+            k.nodes.begin() + static_cast<std::ptrdiff_t>(centre))
+      return -1;
     const int32_t o = m_.id(out.value);
     for (const KernelOperand& in : k.inputs) {
       const int32_t r = m_.root_of(in.value);

@@ -85,9 +85,8 @@ LoweredKernel lower_kernel(const ir::Graph& g, const FusedKernel& k, const std::
 
   // A row kernel (row_fusion.h): the nodes before its row op give the row's data, those
   // after it the body, which reads the row op's result as its input after the operands.
-  const auto centre = std::find_if(k.nodes.begin(), k.nodes.end(),
-                                   [&](int32_t n) { return fusion_role(g.nodes[n]) == FusionRole::external; });
-  const bool row_kernel = centre != k.nodes.end();
+  const size_t centre = row_op_index(g, k);
+  const bool row_kernel = centre < k.nodes.size();
   const int n_in = static_cast<int>(k.inputs.size());
   auto operand_of = [&](const KernelOperand& want, const ir::Node& node, size_t i) {
     const auto it = std::find(k.inputs.begin(), k.inputs.end(), want);
@@ -133,8 +132,8 @@ LoweredKernel lower_kernel(const ir::Graph& g, const FusedKernel& k, const std::
   size_t data_outputs = 0;  // a row kernel's outputs its data program stores
   std::map<ValueRef, ScalarBuilder::Val> inside;  // values the body computed so far
   if (row_kernel) {
-    const size_t c = static_cast<size_t>(centre - k.nodes.begin());
-    const int32_t n = *centre;
+    const size_t c = centre;
+    const int32_t n = k.nodes[c];
     const ir::Node& node = g.nodes[n];
     const bool reduces = node.outputs[0].shape != k.iteration;
     if (!is_row_op(g, n) || !(k.node_maps[c] == (reduces ? row_result_map(node.outputs[0].shape, k.iteration.size())

@@ -36,6 +36,12 @@ bool reads_element_for_element(const FusedKernel& k, ValueRef v, const ir::Shape
 
 }  // namespace
 
+size_t row_op_index(const ir::Graph& g, const FusedKernel& k) {
+  const auto it = std::find_if(k.nodes.begin(), k.nodes.end(),
+                               [&](int32_t n) { return fusion_role(g.nodes[n]) == FusionRole::external; });
+  return static_cast<size_t>(it - k.nodes.begin());
+}
+
 AccessMap row_result_map(const ir::Shape& out, size_t rank) {
   AccessMap m;
   for (size_t d = 0; d < out.size(); ++d) {

@@ -20,6 +20,11 @@ namespace ampfuse::engine {
 // not empty), over the last axis of f32/f16/bf16 values (computed in f32).
 bool is_row_op(const ir::Graph& g, int32_t n);
 
+// The index in k.nodes of a row kernel's row op (the one node of an external role a fused
+// kernel holds), or k.nodes.size() for other kernels. The nodes before it give the row's
+// data, those after it the body (engine/planning/kernel_lowering.h).
+size_t row_op_index(const ir::Graph& g, const FusedKernel& k);
+
 // How a reduction's output of shape `out` is indexed from the row kernel's iteration space
 // of rank `rank`: the row dimensions map to the output's, the row itself to nothing.
 ir::AccessMap row_result_map(const ir::Shape& out, size_t rank);
