@@ -34,6 +34,12 @@ int64_t max_offset(const std::vector<int64_t>& shape, const std::vector<int64_t>
   return total;
 }
 
+// How many of a row kernel's outputs (its last ones) its data program stores, per element in
+// the row's first pass; the body's results go to the others.
+size_t stored_by_row_data(const KernelSpec& spec) {
+  return spec.row && !spec.row->data.results.empty() ? spec.row->data.results.size() - 1 : 0;
+}
+
 void validate_operand(const KernelSpec& spec, const OperandSpec& o, int k, bool is_output) {
   if (o.strides.size() != spec.shape.size())
     fail("kernel '{}': {} has {} strides for rank {}", spec.name, operand_label(spec, k), o.strides.size(),
@@ -43,10 +49,9 @@ void validate_operand(const KernelSpec& spec, const OperandSpec& o, int k, bool 
       fail("kernel '{}': {} has negative stride {} in dimension {}", spec.name, operand_label(spec, k), o.strides[d],
            d);
     // Two iterations writing one element would race between threads and make the result
-    // depend on the split. A reducing row kernel writes each output once a row.
-    // (The outputs the row's data program stores come last and are stored per element.)
-    const size_t stored_by_data = spec.row ? std::max<size_t>(spec.row->data.results.size(), 1) - 1 : 0;
-    const bool body_output = is_output && static_cast<size_t>(k) < spec.inputs.size() + spec.outputs.size() - stored_by_data;
+    // depend on the split. A reducing row kernel's body writes each output once a row.
+    const bool body_output =
+        is_output && static_cast<size_t>(k) + stored_by_row_data(spec) < spec.inputs.size() + spec.outputs.size();
     const bool row_result = spec.row && row_op_reduces(spec.row->op) && body_output && d + 1 == o.strides.size();
     if (is_output && row_result && o.strides[d] != 0)
       fail("kernel '{}': {} of the row {} has stride {} along the row (one value a row: 0)", spec.name,
@@ -69,7 +74,7 @@ void validate_program(const KernelSpec& spec, const ir::ScalarProgram& p, const 
          p.num_inputs, spec.inputs.size(), spec.num_params, spec.row && what[0] == 'b' ? " and the row result" : "");
   if (p.results.size() != expected_results)
     fail("kernel '{}': the {} has {} results for {}", spec.name, what, p.results.size(),
-         what[0] == 'b' ? fmt::format("{} outputs", expected_results) : std::string("the row's one value"));
+         what[0] == 'b' ? fmt::format("{} outputs", expected_results) : fmt::format("{} values", expected_results));
   for (size_t i = 0; i < p.instrs.size(); ++i) {
     const ir::ScalarInstr& s = p.instrs[i];
     const int arity = ir::scalar_op_arity(s.op);
@@ -112,8 +117,7 @@ void validate_row(const KernelSpec& spec) {
 void validate_body(const KernelSpec& spec) {
   if (spec.row) validate_row(spec);
   const int expected = static_cast<int>(spec.inputs.size()) + spec.num_params + (spec.row ? 1 : 0);
-  const size_t stored_by_data = spec.row && !spec.row->data.results.empty() ? spec.row->data.results.size() - 1 : 0;
-  validate_program(spec, spec.body, "body", expected, spec.outputs.size() - std::min(stored_by_data, spec.outputs.size()));
+  validate_program(spec, spec.body, "body", expected, spec.outputs.size() - stored_by_row_data(spec));
   if (spec.row && ir::uses_element_index(spec.body))
     fail("kernel '{}': the body of a row kernel draws random bits", spec.name);
 }
