@@ -2,22 +2,26 @@
 // the innermost dimension, with the elementwise ops before them (RowSpec::data) and after
 // them (the body) evaluated in the same passes.
 //
-// Per row: the outer multi-index and each operand's row offset once, then three column
-// loops, each vectorized by LLVM's loop vectorizer:
+// Per row: the outer multi-index and each operand's row offset once, then up to three
+// column loops, each vectorized by LLVM's loop vectorizer:
 //   softmax      max of x; sum of exp((x - max) / t); body(exp((x - max) / t) * (1 / sum))
 //   log_softmax  max of x; sum of exp((x - max) / t); body((x - max) / t - log(sum))
 //   layer_norm   sum of x; sum of (x - mean)^2;        body((x - mean) * (1 / std) * gamma + beta)
-//   sum, mean    one pass adding x in f64 (reassociated, as the reference adds in f64 too),
-//   max, min     or taking the NaN-propagating maximum / minimum; body(y) once a row
+//   sum, mean    sum of x;                             body(sum or sum / n) once a row
+//   max, min     the NaN-propagating maximum / minimum; body(y) once a row
+// Every sum adds in f64 (as the reference kernels do for LayerNorm and the reductions; for
+// softmax the reference adds in f32, docs/ops.md says why), with `reassoc`, which is what
+// lets it vectorize: the order differs from the reference's sequential loops, which f64
+// makes invisible in all but the last bits of the rounded result; exp and log differ from the C library by their ULP bounds (codegen/vector_math.h;
+// log_softmax's log of the sum is the C library's, once a row). A row holding a NaN gives
+// NaN everywhere, as the reference's does.
+//
 // x is recomputed from the inputs in every pass instead of being kept: a row is at most a
 // few hundred KiB and in cache by the second pass, and the recomputation is the handful of
 // instructions of a cast or a bias add. exp is not: softmax rows of up to
 // kRowScratchElements keep the sum pass's exponentials in a stack buffer for the last pass
-// (each exp is about 4 vector instructions an element, twice what the rest of a pass costs). The sums carry `reassoc`, which is what lets them
-// vectorize: they add in another order than the reference kernels' sequential loops, so
-// results differ from them by that rounding (and exp/log by their ULP bounds,
-// codegen/vector_math.h), as oneDNN's do. Maxima are NaN-propagating (llvm.maximum): a row
-// holding a NaN gives NaN everywhere, as the reference's does.
+// (each exp is about 4 vector instructions an element, twice what the rest of a pass
+// costs).
 #include "codegen/body_lowering.h"
 #include "codegen/dtype_lowering.h"
 #include "codegen/float_ops.h"
@@ -58,14 +62,14 @@ void KernelEmitter::emit_rows() {
   const int rank = sig_.rank, last = rank - 1;
   FloatOps f(b_, compute_);
   // Accumulators live in stack slots of the entry block, which SROA turns back into the
-  // loops' phis (sums of the reductions in f64).
-  llvm::AllocaInst* acc_a = b_.CreateAlloca(compute_, nullptr, "acc.a");
-  llvm::AllocaInst* acc_b = b_.CreateAlloca(compute_, nullptr, "acc.b");
-  llvm::AllocaInst* acc_f64 = b_.CreateAlloca(b_.getDoubleTy(), nullptr, "acc.f64");
+  // loops' phis. Every sum adds in f64: an f32 sum of 2^20 terms can be off by a percent.
+  llvm::Type* wide = b_.getDoubleTy();
+  llvm::AllocaInst* acc_max = b_.CreateAlloca(compute_, nullptr, "acc.max");
+  llvm::AllocaInst* acc_sum = b_.CreateAlloca(wide, nullptr, "acc.sum");
   Value* scratch = row.op != RowOp::softmax && row.op != RowOp::log_softmax
                        ? nullptr
                        : b_.CreateAlloca(compute_, b_.getInt64(kRowScratchElements), "row.kept");
-  Value* n = b_.CreateUIToFP(shape_[last], compute_);  // the row length, exact below 2^24
+  Value* n = b_.CreateUIToFP(shape_[last], wide);  // the row length
 
   guarded_loop("row", begin_, end_, b_.getInt64(1), [&](Value* r) {
     std::vector<std::pair<int, Value*>> outer;
@@ -107,17 +111,16 @@ void KernelEmitter::emit_rows() {
       guarded_loop(name, b_.getInt64(0), blocks_end, b_.getInt64(1), element);
       guarded_loop(name, blocks_end, shape_[last], b_.getInt64(1), element, 0, true);
     };
-    auto accumulate = [&](llvm::AllocaInst* slot, Value* v, bool max) {
-      Value* old = b_.CreateLoad(compute_, slot);
-      Value* next = nullptr;
-      if (max) {
-        next = b_.CreateBinaryIntrinsic(llvm::Intrinsic::maximum, old, v);
-      } else {
-        next = b_.CreateFAdd(old, v);
-        llvm::cast<llvm::Instruction>(next)->setHasAllowReassoc(true);
-      }
-      b_.CreateStore(next, slot);
+    // acc_max = maximum(acc_max, v) (or minimum), NaN-propagating; acc_sum += v in f64.
+    auto take_max = [&](Value* v, llvm::Intrinsic::ID which = llvm::Intrinsic::maximum) {
+      b_.CreateStore(b_.CreateBinaryIntrinsic(which, b_.CreateLoad(compute_, acc_max), v), acc_max);
     };
+    auto add = [&](Value* v) {
+      Value* next = b_.CreateFAdd(b_.CreateLoad(wide, acc_sum), v->getType() == wide ? v : b_.CreateFPExt(v, wide));
+      llvm::cast<llvm::Instruction>(next)->setHasAllowReassoc(true);
+      b_.CreateStore(next, acc_sum);
+    };
+    auto start_sum = [&] { b_.CreateStore(llvm::ConstantFP::get(wide, 0.0), acc_sum); };
     // The body at column c with y: every output stored.
     auto finish = [&](const std::vector<Value*>& at, Value* y) {
       if (row.result_dtype != ir::DType::f32) y = round_in_compute(b_, y, row.result_dtype);
@@ -136,40 +139,40 @@ void KernelEmitter::emit_rows() {
       // sum and mean add in f64 and round once, as the reference kernel does; the result
       // enters the body as f32, exactly (rounded to its dtype first, from f64).
       const bool select = row.op == RowOp::max || row.op == RowOp::min;
-      llvm::Type* wide = b_.getDoubleTy();
-      llvm::AllocaInst* acc = select ? acc_a : acc_f64;
-      b_.CreateStore(select ? f.c(row.op == RowOp::max ? -kInf : kInf) : llvm::ConstantFP::get(wide, 0.0), acc);
+      if (select)
+        b_.CreateStore(f.c(row.op == RowOp::max ? -kInf : kInf), acc_max);
+      else
+        start_sum();
       columns("reduce", [&](Value*, const std::vector<Value*>& at) {
         Value* x = x_at(at, true);
-        Value* old = b_.CreateLoad(select ? compute_ : wide, acc);
-        Value* next = nullptr;
-        if (select) {
-          next = b_.CreateBinaryIntrinsic(row.op == RowOp::max ? llvm::Intrinsic::maximum : llvm::Intrinsic::minimum, old, x);
-        } else {
-          next = b_.CreateFAdd(old, b_.CreateFPExt(x, wide));
-          llvm::cast<llvm::Instruction>(next)->setHasAllowReassoc(true);
-        }
-        b_.CreateStore(next, acc);
+        if (select)
+          take_max(x, row.op == RowOp::max ? llvm::Intrinsic::maximum : llvm::Intrinsic::minimum);
+        else
+          add(x);
       });
-      Value* y = b_.CreateLoad(select ? compute_ : wide, acc);
+      Value* y = b_.CreateLoad(select ? compute_ : wide, select ? acc_max : acc_sum);
       if (!select) {
-        if (row.op == RowOp::mean) y = b_.CreateFDiv(y, b_.CreateUIToFP(shape_[last], wide));
+        if (row.op == RowOp::mean) y = b_.CreateFDiv(y, n);
         y = b_.CreateFPTrunc(round_in_compute(b_, y, row.result_dtype), compute_);
       }
       finish(offsets_at(b_.getInt64(0)), y);
       return;
     }
     if (row.op == RowOp::layer_norm) {
-      b_.CreateStore(f.c(0), acc_a);
-      columns("sum", [&](Value*, const std::vector<Value*>& at) { accumulate(acc_a, x_at(at, true), false); });
-      Value* mean = f.div(b_.CreateLoad(compute_, acc_a), n);
-      b_.CreateStore(f.c(0), acc_b);
+      // mean and std as the reference computes them: f64 sums, rounded to f32 once.
+      start_sum();
+      columns("sum", [&](Value*, const std::vector<Value*>& at) { add(x_at(at, true)); });
+      Value* mean = b_.CreateFPTrunc(b_.CreateFDiv(b_.CreateLoad(wide, acc_sum), n), compute_);
+      start_sum();
       columns("squares", [&](Value*, const std::vector<Value*>& at) {
-        Value* d = f.sub(x_at(at), mean);
-        accumulate(acc_b, f.mul(d, d), false);
+        Value* d = b_.CreateFPExt(f.sub(x_at(at), mean), wide);
+        add(b_.CreateFMul(d, d));
       });
+      Value* var = b_.CreateFDiv(b_.CreateLoad(wide, acc_sum), n);
+      Value* eps = llvm::ConstantFP::get(wide, static_cast<double>(static_cast<float>(row.constant)));
+      Value* std_dev = b_.CreateFPTrunc(b_.CreateUnaryIntrinsic(llvm::Intrinsic::sqrt, b_.CreateFAdd(var, eps)), compute_);
       // One division a row, a multiply an element (a vector division takes 10-16 cycles).
-      Value* inv_std = f.div(f.c(1), f.sqrt(f.add(f.div(b_.CreateLoad(compute_, acc_b), n), f.c(row.constant))));
+      Value* inv_std = f.div(f.c(1), std_dev);
       columns("normalize", [&](Value*, const std::vector<Value*>& at) {
         auto load = [&](int k) {
           llvm::Type* elem = storage_type(ctx_, operand(k).dtype);
@@ -185,9 +188,9 @@ void KernelEmitter::emit_rows() {
     // softmax, log_softmax. Rows that fit the scratch buffer keep exp((x - max) / t) (or,
     // for log_softmax, (x - max) / t) from the sum's pass: the last pass then neither
     // recomputes x nor calls exp again.
-    b_.CreateStore(f.c(-kInf), acc_a);
-    columns("max", [&](Value*, const std::vector<Value*>& at) { accumulate(acc_a, x_at(at, true), true); });
-    Value* max = b_.CreateLoad(compute_, acc_a);
+    b_.CreateStore(f.c(-kInf), acc_max);
+    columns("max", [&](Value*, const std::vector<Value*>& at) { take_max(x_at(at, true)); });
+    Value* max = b_.CreateLoad(compute_, acc_max);
     Value* t = f.c(row.constant);
     const bool log = row.op == RowOp::log_softmax;
     auto shifted = [&](const std::vector<Value*>& at) { return f.div(f.sub(x_at(at), max), t); };
@@ -205,16 +208,18 @@ void KernelEmitter::emit_rows() {
     };
     auto kept = [&](Value* c) { return b_.CreateInBoundsGEP(compute_, scratch, c); };
     auto passes = [&](bool keep) {
-      b_.CreateStore(f.c(0), acc_b);
+      start_sum();
       columns("sum", [&](Value* c, const std::vector<Value*>& at) {
         Value* v = shifted(at);
         Value* e = exp(v);
         if (keep) b_.CreateStore(log ? v : e, kept(c));
-        accumulate(acc_b, e, false);
+        add(e);
       });
-      Value* sum = b_.CreateLoad(compute_, acc_b);
-      Value* inv_sum = f.div(f.c(1), sum);
-      Value* log_sum = log ? emit_transcendental(b_, ir::ScalarOp::log, {sum}) : nullptr;
+      // The f64 sum rounded once; log_softmax takes the C library's log of it (once a row).
+      Value* sum64 = b_.CreateLoad(wide, acc_sum);
+      Value* inv_sum = f.div(f.c(1), b_.CreateFPTrunc(sum64, compute_));
+      Value* log_sum =
+          log ? b_.CreateFPTrunc(emit_transcendental(b_, ir::ScalarOp::log, {sum64}), compute_) : nullptr;
       columns("out", [&](Value* c, const std::vector<Value*>& at) {
         Value* v = keep ? b_.CreateLoad(compute_, kept(c)) : (log ? shifted(at) : exp(shifted(at)));
         finish(at, log ? f.sub(v, log_sum) : f.mul(v, inv_sum));

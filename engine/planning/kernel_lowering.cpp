@@ -135,7 +135,7 @@ LoweredKernel lower_kernel(const ir::Graph& g, const FusedKernel& k, const std::
     const size_t c = centre;
     const int32_t n = k.nodes[c];
     const ir::Node& node = g.nodes[n];
-    const bool reduces = node.outputs[0].shape != k.iteration;
+    const bool reduces = is_row_reduction(node);
     if (!is_row_op(g, n) || !(k.node_maps[c] == (reduces ? row_result_map(node.outputs[0].shape, k.iteration.size())
                                                           : AccessMap::identity(k.iteration.size()))))
       fail("internal: kernel {} computes node '{}' ({}), which is not a row op over its iteration space", name,
@@ -167,7 +167,7 @@ LoweredKernel lower_kernel(const ir::Graph& g, const FusedKernel& k, const std::
       const AccessMap by_column{{static_cast<int32_t>(k.iteration.size() - 1)}, {1}, {0}};
       row.gamma = operand_of({node.inputs[1], g.type(node.inputs[1]).shape, by_column}, node, 1);
       row.beta = operand_of({node.inputs[2], g.type(node.inputs[2]).shape, by_column}, node, 2);
-    } else if (node.op == "sum" || node.op == "mean" || node.op == "max" || node.op == "min") {
+    } else if (reduces) {
       row.op = node.op == "sum"    ? codegen::RowOp::sum
                : node.op == "mean" ? codegen::RowOp::mean
                : node.op == "max"  ? codegen::RowOp::max

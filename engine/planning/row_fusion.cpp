@@ -61,11 +61,11 @@ void add_operand(std::vector<KernelOperand>& list, const KernelOperand& op) {
   if (std::find(list.begin(), list.end(), op) == list.end()) list.push_back(op);
 }
 
+}  // namespace
+
 bool is_row_reduction(const ir::Node& node) {
   return node.op == "sum" || node.op == "mean" || node.op == "max" || node.op == "min";
 }
-
-}  // namespace
 
 bool is_row_op(const ir::Graph& g, int32_t n) {
   const ir::Node& node = g.nodes[n];

@@ -25,6 +25,9 @@ bool is_row_op(const ir::Graph& g, int32_t n);
 // data, those after it the body (engine/planning/kernel_lowering.h).
 size_t row_op_index(const ir::Graph& g, const FusedKernel& k);
 
+// Whether a row op gives one value a row (sum, mean, max, min) rather than a row.
+bool is_row_reduction(const ir::Node& node);
+
 // How a reduction's output of shape `out` is indexed from the row kernel's iteration space
 // of rank `rank`: the row dimensions map to the output's, the row itself to nothing.
 ir::AccessMap row_result_map(const ir::Shape& out, size_t rank);
