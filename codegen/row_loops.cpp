@@ -9,10 +9,10 @@
 //   layer_norm   sum of x; sum of (x - mean)^2;        body((x - mean) * (1 / std) * gamma + beta)
 //   sum, mean    sum of x;                             body(sum or sum / n) once a row
 //   max, min     the NaN-propagating maximum / minimum; body(y) once a row
-// Every sum adds in f64 (as the reference kernels do for LayerNorm and the reductions; for
-// softmax the reference adds in f32, docs/ops.md says why), with `reassoc`, which is what
-// lets it vectorize: the order differs from the reference's sequential loops, which f64
-// makes invisible in all but the last bits of the rounded result; exp and log differ from the C library by their ULP bounds (codegen/vector_math.h;
+// LayerNorm's and the reductions' sums add in f64 as the reference kernels do, softmax's in
+// f32 as its reference does (docs/ops.md says why), all with `reassoc`, which is what lets
+// them vectorize: the order differs from the reference's sequential loops (in f64
+// invisible in all but the last bits of the rounded result); exp and log differ from the C library by their ULP bounds (codegen/vector_math.h;
 // log_softmax's log of the sum is the C library's, once a row). A row holding a NaN gives
 // NaN everywhere, as the reference's does.
 //
@@ -62,10 +62,12 @@ void KernelEmitter::emit_rows() {
   const int rank = sig_.rank, last = rank - 1;
   FloatOps f(b_, compute_);
   // Accumulators live in stack slots of the entry block, which SROA turns back into the
-  // loops' phis. Every sum adds in f64: an f32 sum of 2^20 terms can be off by a percent.
+  // loops' phis. LayerNorm's and the reductions' sums add in f64: an f32 sum of 2^20
+  // values near 1000 was off by a percent.
   llvm::Type* wide = b_.getDoubleTy();
   llvm::AllocaInst* acc_max = b_.CreateAlloca(compute_, nullptr, "acc.max");
   llvm::AllocaInst* acc_sum = b_.CreateAlloca(wide, nullptr, "acc.sum");
+  llvm::AllocaInst* acc_exp = b_.CreateAlloca(compute_, nullptr, "acc.exp");
   Value* scratch = row.op != RowOp::softmax && row.op != RowOp::log_softmax
                        ? nullptr
                        : b_.CreateAlloca(compute_, b_.getInt64(kRowScratchElements), "row.kept");
@@ -208,15 +210,21 @@ void KernelEmitter::emit_rows() {
     };
     auto kept = [&](Value* c) { return b_.CreateInBoundsGEP(compute_, scratch, c); };
     auto passes = [&](bool keep) {
-      start_sum();
+      // The exponentials add in f32: in (0, 1], positive, and in 64 vector lanes each lane
+      // adds 1/64 of the row, so the sum is within (n / 64) * 2^-24 of exact, where the
+      // reference's sequential sum is within n * 2^-24; an f64 sum made the whole kernel
+      // 1.4-1.8x slower (bench/README.md, "Row kernels").
+      b_.CreateStore(f.c(0), acc_exp);
       columns("sum", [&](Value* c, const std::vector<Value*>& at) {
         Value* v = shifted(at);
         Value* e = exp(v);
         if (keep) b_.CreateStore(log ? v : e, kept(c));
-        add(e);
+        Value* next = f.add(b_.CreateLoad(compute_, acc_exp), e);
+        llvm::cast<llvm::Instruction>(next)->setHasAllowReassoc(true);
+        b_.CreateStore(next, acc_exp);
       });
-      // The f64 sum rounded once; log_softmax takes the C library's log of it (once a row).
-      Value* sum64 = b_.CreateLoad(wide, acc_sum);
+      // log_softmax takes the C library's log of the sum (once a row).
+      Value* sum64 = b_.CreateFPExt(b_.CreateLoad(compute_, acc_exp), wide);
       Value* inv_sum = f.div(f.c(1), b_.CreateFPTrunc(sum64, compute_));
       Value* log_sum =
           log ? b_.CreateFPTrunc(emit_transcendental(b_, ir::ScalarOp::log, {sum64}), compute_) : nullptr;
