@@ -35,7 +35,8 @@ void KernelEmitter::emit_flat_loop(bool streaming) {
   llvm::BasicBlock* latch = b_.GetInsertBlock();
   i->addIncoming(next, latch);
   for (size_t f = 0; f < acc.size(); ++f) acc[f]->addIncoming(flags_out[f], latch);
-  b_.CreateCondBr(b_.CreateICmpSLT(next, end_), loop, exit);
+  llvm::BranchInst* back = b_.CreateCondBr(b_.CreateICmpSLT(next, end_), loop, exit);
+  if (streaming) hint_loop(back, streaming_width(), false);
 
   b_.SetInsertPoint(exit);
   std::vector<Value*> merged;

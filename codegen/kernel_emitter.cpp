@@ -4,6 +4,7 @@
 #include "codegen/body_lowering.h"
 #include "codegen/dtype_lowering.h"
 #include "codegen/float_ops.h"
+#include "codegen/llvm_target.h"
 
 #include <fmt/format.h>
 #include <llvm/IR/LLVMContext.h>
@@ -196,29 +197,39 @@ void KernelEmitter::counted_loop(const char* name, Value* from, Value* to, Value
   body(iv);
   Value* next = b_.CreateNUWAdd(iv, step);
   iv->addIncoming(next, b_.GetInsertBlock());
-  llvm::BranchInst* latch = b_.CreateCondBr(b_.CreateICmpULT(next, to), header, after);
-  if (vector_width > 0 || fold_tail) {
-    // A width alone, not vectorize.enable: a body LLVM cannot vectorize (a library call)
-    // then stays scalar without a "loop not vectorized" warning on stderr.
-    auto hint = [&](const char* name, int value) -> llvm::Metadata* {
-      return llvm::MDNode::get(ctx_, {llvm::MDString::get(ctx_, name), llvm::ConstantAsMetadata::get(b_.getInt32(value))});
-    };
-    llvm::TempMDTuple self = llvm::MDNode::getTemporary(ctx_, {});
-    std::vector<llvm::Metadata*> ops = {self.get()};
-    if (vector_width > 0) ops.push_back(hint("llvm.loop.vectorize.width", static_cast<int>(vector_width)));
-    if (fold_tail) {
-      ops.push_back(hint("llvm.loop.vectorize.predicate.enable", 1));
-      ops.push_back(hint("llvm.loop.interleave.count", 1));
-    }
-    if (vector_width == kScalarLoop) {
-      ops.push_back(hint("llvm.loop.interleave.count", 1));
-      ops.push_back(llvm::MDNode::get(ctx_, {llvm::MDString::get(ctx_, "llvm.loop.unroll.disable")}));
-    }
-    llvm::MDNode* id = llvm::MDNode::getDistinct(ctx_, ops);
-    id->replaceOperandWith(0, id);
-    latch->setMetadata(llvm::LLVMContext::MD_loop, id);
-  }
+  hint_loop(b_.CreateCondBr(b_.CreateICmpULT(next, to), header, after), vector_width, fold_tail);
   b_.SetInsertPoint(after);
+}
+
+void KernelEmitter::hint_loop(llvm::BranchInst* latch, unsigned vector_width, bool fold_tail) {
+  if (vector_width == 0 && !fold_tail) return;
+  // A width alone, not vectorize.enable: a body LLVM cannot vectorize (a library call)
+  // then stays scalar without a "loop not vectorized" warning on stderr.
+  auto hint = [&](const char* name, int value) -> llvm::Metadata* {
+    return llvm::MDNode::get(ctx_, {llvm::MDString::get(ctx_, name), llvm::ConstantAsMetadata::get(b_.getInt32(value))});
+  };
+  llvm::TempMDTuple self = llvm::MDNode::getTemporary(ctx_, {});
+  std::vector<llvm::Metadata*> ops = {self.get()};
+  if (vector_width > 0) ops.push_back(hint("llvm.loop.vectorize.width", static_cast<int>(vector_width)));
+  if (fold_tail) {
+    ops.push_back(hint("llvm.loop.vectorize.predicate.enable", 1));
+    ops.push_back(hint("llvm.loop.interleave.count", 1));
+  }
+  if (vector_width == kScalarLoop) {
+    ops.push_back(hint("llvm.loop.interleave.count", 1));
+    ops.push_back(llvm::MDNode::get(ctx_, {llvm::MDString::get(ctx_, "llvm.loop.unroll.disable")}));
+  }
+  llvm::MDNode* id = llvm::MDNode::getDistinct(ctx_, ops);
+  id->replaceOperandWith(0, id);
+  latch->setMetadata(llvm::LLVMContext::MD_loop, id);
+}
+
+unsigned KernelEmitter::streaming_width() const {
+  for (const ir::ScalarInstr& instr : sig_.body.instrs)
+    if (ir::is_library_call(instr.op)) return 0;
+  for (const OperandSignature& o : sig_.outputs)
+    if (ir::dtype_size(o.dtype) == 2) return static_cast<unsigned>(target_register_bits() / 16);
+  return 0;
 }
 
 Value* KernelEmitter::strided_offset(int k, Value* base, const std::vector<std::pair<int, Value*>>& dims) {

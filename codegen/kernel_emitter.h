@@ -85,10 +85,18 @@ class KernelEmitter {
   void stage_transposed(int k, Value* buf, Value* slab_off, Value* r0, Value* nr, Value* c0, Value* nc);
   void copy_elements(int k, Value* buf, Value* slab_off, Value* r0, Value* c0, Value* nc, Value* r_from, Value* r_to,
                      Value* c_from, Value* c_to);
-  Value* load_tile(int k, Value* slab_off, Value* row, Value* col, int64_t rows, int64_t cols, bool prefetch);
+  // Where load_tile prefetches: nowhere, kPrefetchBytes further down each column, or the
+  // same columns' lines of the tile of the same shape at (row, col).
+  struct TilePrefetch {
+    enum Kind { none, down_columns, tile_at } kind = none;
+    Value* row = nullptr;
+    Value* col = nullptr;
+  };
+  Value* load_tile(int k, Value* slab_off, Value* row, Value* col, int64_t rows, int64_t cols, TilePrefetch prefetch);
   Value* concat(std::vector<Value*> parts);  // equal vectors, padded with poison to a power of two
   void tag_access(llvm::Instruction* inst, int k);
   void if_then(Value* cond, const std::function<void()>& then);
+  void if_else(Value* cond, const std::function<void()>& then, const std::function<void()>& otherwise);
   // body(from, to) only when from < to.
   void guarded_loop_value(Value* from, Value* to, const std::function<void(Value*, Value*)>& body);
   // counted_loop that runs no iteration when from >= to.
@@ -102,6 +110,15 @@ class KernelEmitter {
   // scalar remainder loop, and no interleaving: for short loops of costly bodies (a row
   // kernel's 100 columns would otherwise run 36 of them one by one).
   static constexpr unsigned kScalarLoop = 1;
+  // Puts counted_loop's vector_width and fold_tail hints on the loop `latch` closes.
+  void hint_loop(llvm::BranchInst* latch, unsigned vector_width, bool fold_tail);
+  // The lanes that keep a streaming loop's stores full-width, for its width hint (0: none).
+  // A 16-bit output narrowed from vectors of the preferred width is a truncating store
+  // (vpmovdw), which has no non-temporal form: on Sapphire Rapids, where LLVM prefers 256
+  // bits, no bf16 output was streamed. Vectors of twice the widest registers' 32-bit lanes
+  // narrow to one full register. A body with a library call stays scalar and gets no hint
+  // (a width hint on a loop LLVM then cannot vectorize prints a remark on stderr).
+  unsigned streaming_width() const;
   void counted_loop(const char* name, Value* from, Value* to, Value* step, const std::function<void(Value*)>& body,
                     unsigned vector_width = 0, bool fold_tail = false);
   // Offset of a strided operand's element: `base` plus index * stride for the listed dims.

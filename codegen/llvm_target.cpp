@@ -216,6 +216,11 @@ int target_vector_bits() {
   return bits;
 }
 
+int target_register_bits() {
+  const JitTarget& target = jit_target();
+  return target.has("avx512f") && target.has("evex512") ? 512 : target_vector_bits();
+}
+
 void optimize_for_target(LlvmModule& m) {
   TargetState& state = target_state();
   std::lock_guard lock(state.mutex);

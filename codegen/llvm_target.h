@@ -73,6 +73,10 @@ const JitTarget& jit_target();
 // clock drops with zmm registers).
 int target_vector_bits();
 
+// The width in bits of jit_target()'s widest vector registers: 512 on AVX-512, whatever
+// LLVM's tuning prefers for loops (target_vector_bits), else target_vector_bits().
+int target_register_bits();
+
 // Sets the module's triple and data layout and each function's target-cpu/-features
 // attributes for jit_target(), then runs the O3 pipeline with its TargetMachine (which
 // the loop vectorizer needs to see the vector width). Thread-safe.

@@ -8,7 +8,8 @@
 // stack buffer in the output's order, which the flat loop then reads like any contiguous
 // operand. That loop is the flat kernel's (LLVM vectorizes the body, casts included), so
 // only the transposition differs from a copy. Shapes of tile (V = the f32 lanes of the
-// vectors the loop vectorizer forms, 8 on AVX2, 16 on AVX-512):
+// vectors the loop vectorizer forms, 8 on AVX2, 16 on AVX-512; 16 for f32 tiles on any
+// AVX-512 CPU, see tile_lanes):
 //   square        V x V tiles, log2(V) rounds of interleaving pairs of vectors;
 //   narrow cols   a slab of K = 2..4 columns (NCHW -> NHWC with C = 3): K vectors of V rows
 //                 interleaved into one vector of V*K in output order;
@@ -32,8 +33,14 @@ namespace {
 // 64 f32 rows (2048 measured no different).
 constexpr int64_t kPrefetchBytes = 1024;
 
-// The vector lanes of one tile side: the f32 width the loop vectorizer uses.
-int64_t tile_lanes() { return std::max(4, target_vector_bits() / 32); }
+// The vector lanes of one tile side for elements of `bytes`: the f32 width the loop
+// vectorizer uses, except that f32 tiles fill the widest registers, LLVM's preference
+// aside: with 512-bit vectors a tile column is one whole 64-byte line, read by one load.
+// (On Sapphire Rapids, where LLVM stops at 256 bits, 16 x 16 f32 tiles made NCHW -> NHWC
+// with C = 64 about 10 % faster than 8 x 8 ones; 16-bit tiles of 16 lanes made the
+// reverse transpose slower.)
+int64_t vectorizer_lanes() { return std::max(4, target_vector_bits() / 32); }
+int64_t tile_lanes(size_t bytes) { return bytes == 4 ? std::max(4, target_register_bits() / 32) : vectorizer_lanes(); }
 
 llvm::SmallVector<int, 64> iota_mask(int n) {
   llvm::SmallVector<int, 64> m;
@@ -57,6 +64,20 @@ void KernelEmitter::if_then(Value* cond, const std::function<void()>& then) {
   b_.CreateCondBr(cond, yes, after);
   b_.SetInsertPoint(yes);
   then();
+  b_.CreateBr(after);
+  b_.SetInsertPoint(after);
+}
+
+void KernelEmitter::if_else(Value* cond, const std::function<void()>& then, const std::function<void()>& otherwise) {
+  llvm::BasicBlock* yes = llvm::BasicBlock::Create(ctx_, "then", fn_);
+  llvm::BasicBlock* no = llvm::BasicBlock::Create(ctx_, "else", fn_);
+  llvm::BasicBlock* after = llvm::BasicBlock::Create(ctx_, "endif", fn_);
+  b_.CreateCondBr(cond, yes, no);
+  b_.SetInsertPoint(yes);
+  then();
+  b_.CreateBr(after);
+  b_.SetInsertPoint(no);
+  otherwise();
   b_.CreateBr(after);
   b_.SetInsertPoint(after);
 }
@@ -86,9 +107,9 @@ Value* KernelEmitter::concat(std::vector<Value*> parts) {
 
 // A tile of operand k: `cols` vectors of `rows` elements, vector j holding rows
 // [row, row+rows) of column col+j (contiguous: unit row stride). Loaded as one vector of
-// rows*cols elements, column after column. With `prefetch`, each column's line a few blocks
-// further down is prefetched too.
-Value* KernelEmitter::load_tile(int k, Value* slab_off, Value* row, Value* col, int64_t rows, int64_t cols, bool prefetch) {
+// rows*cols elements, column after column, each column's load with its prefetch.
+Value* KernelEmitter::load_tile(int k, Value* slab_off, Value* row, Value* col, int64_t rows, int64_t cols,
+                                TilePrefetch prefetch) {
   llvm::Type* elem = storage_type(ctx_, operand(k).dtype);
   const int rank = sig_.rank;
   std::vector<Value*> parts;
@@ -98,11 +119,17 @@ Value* KernelEmitter::load_tile(int k, Value* slab_off, Value* row, Value* col, 
                                              b_.CreateInBoundsGEP(elem, base_[k], off), llvm::Align(1));
     tag_access(v, k);
     parts.push_back(v);
-    if (!prefetch) continue;
-    // The same column a few blocks further down: dozens of columns are read at once, more
-    // streams than the hardware prefetchers follow. A prefetch never faults, so running
-    // past the end of the tensor is harmless (hence no inbounds).
-    Value* ahead = b_.CreateGEP(b_.getInt8Ty(), v->getPointerOperand(), b_.getInt64(kPrefetchBytes));
+    // Dozens of columns are read at once, more streams than the hardware prefetchers
+    // follow. A prefetch never faults, so running past the end of the tensor is harmless
+    // (hence no inbounds).
+    if (prefetch.kind == TilePrefetch::none) continue;
+    Value* ahead = nullptr;
+    if (prefetch.kind == TilePrefetch::down_columns) {
+      ahead = b_.CreateGEP(b_.getInt8Ty(), v->getPointerOperand(), b_.getInt64(kPrefetchBytes));
+    } else {
+      Value* at = strided_offset(k, slab_off, {{rank - 2, prefetch.row}, {rank - 1, b_.CreateAdd(prefetch.col, b_.getInt64(j))}});
+      ahead = b_.CreateGEP(elem, base_[k], at);
+    }
     b_.CreateIntrinsic(llvm::Intrinsic::prefetch, {b_.getPtrTy()}, {ahead, b_.getInt32(0), b_.getInt32(2), b_.getInt32(1)});
   }
   return concat(parts);
@@ -133,7 +160,7 @@ void KernelEmitter::copy_elements(int k, Value* buf, Value* slab_off, Value* r0,
 // does not fit (the rows of a slab split between threads) is copied element by element.
 void KernelEmitter::stage_transposed(int k, Value* buf, Value* slab_off, Value* r0, Value* nr, Value* c0, Value* nc) {
   llvm::Type* elem = storage_type(ctx_, operand(k).dtype);
-  const int64_t V = tile_lanes();
+  const int64_t V = tile_lanes(ir::dtype_size(operand(k).dtype));
   const int64_t K = sig_.tile_extent;
   Value* zero = b_.getInt64(0);
   Value* v = b_.getInt64(V);
@@ -142,17 +169,7 @@ void KernelEmitter::stage_transposed(int k, Value* buf, Value* slab_off, Value* 
   };
   // The narrow tile when `fits`, else the whole block element by element.
   auto narrow_or_copy = [&](Value* fits, const std::function<void()>& tile) {
-    llvm::BasicBlock* yes = llvm::BasicBlock::Create(ctx_, "tile.narrow", fn_);
-    llvm::BasicBlock* no = llvm::BasicBlock::Create(ctx_, "tile.copy", fn_);
-    llvm::BasicBlock* done = llvm::BasicBlock::Create(ctx_, "staged", fn_);
-    b_.CreateCondBr(fits, yes, no);
-    b_.SetInsertPoint(yes);
-    tile();
-    b_.CreateBr(done);
-    b_.SetInsertPoint(no);
-    copy_elements(k, buf, slab_off, r0, c0, nc, zero, nr, zero, nc);
-    b_.CreateBr(done);
-    b_.SetInsertPoint(done);
+    if_else(fits, tile, [&] { copy_elements(k, buf, slab_off, r0, c0, nc, zero, nr, zero, nc); });
   };
   Value* nr_full = b_.CreateAnd(nr, b_.getInt64(-V));
   Value* nc_full = b_.CreateAnd(nc, b_.getInt64(-V));
@@ -162,7 +179,7 @@ void KernelEmitter::stage_transposed(int k, Value* buf, Value* slab_off, Value* 
   if (sig_.tile == TileShape::narrow_columns && K < V) {
     narrow_or_copy(b_.CreateICmpEQ(nc, b_.getInt64(K)), [&] {
       guarded_loop("tile.rows", zero, nr_full, v, [&](Value* r) {
-        Value* tile = load_tile(k, slab_off, b_.CreateNUWAdd(r0, r), c0, V, K, true);
+        Value* tile = load_tile(k, slab_off, b_.CreateNUWAdd(r0, r), c0, V, K, {TilePrefetch::down_columns});
         llvm::SmallVector<int, 64> mask;
         for (int64_t i = 0; i < V; ++i)
           for (int64_t j = 0; j < K; ++j) mask.push_back(static_cast<int>(j * V + i));
@@ -179,7 +196,7 @@ void KernelEmitter::stage_transposed(int k, Value* buf, Value* slab_off, Value* 
     Value* dense = b_.CreateICmpEQ(strides_[k][sig_.rank - 1], llvm::ConstantInt::get(index_type_, K));
     narrow_or_copy(b_.CreateAnd(b_.CreateICmpEQ(nr, b_.getInt64(K)), dense), [&] {
       guarded_loop("tile.cols", zero, nc_full, v, [&](Value* c) {
-        Value* tile = load_tile(k, slab_off, r0, b_.CreateNUWAdd(c0, c), K * V, 1, false);
+        Value* tile = load_tile(k, slab_off, r0, b_.CreateNUWAdd(c0, c), K * V, 1, {});
         for (int64_t i = 0; i < K; ++i) {
           llvm::SmallVector<int, 64> mask;
           for (int64_t j = 0; j < V; ++j) mask.push_back(static_cast<int>(j * K + i));
@@ -191,33 +208,61 @@ void KernelEmitter::stage_transposed(int k, Value* buf, Value* slab_off, Value* 
     return;
   }
   // Square V x V tiles: log2(V) rounds of zipping vector i with vector i + V/2 transpose
-  // V column vectors into V row vectors.
-  guarded_loop("tile.cols", zero, nc_full, v, [&](Value* c) {
-    guarded_loop("tile.rows", zero, nr_full, v, [&](Value* r) {
-      Value* tile = load_tile(k, slab_off, b_.CreateNUWAdd(r0, r), b_.CreateNUWAdd(c0, c), V, V, true);
-      std::vector<Value*> x;
-      for (int64_t j = 0; j < V; ++j) {
-        llvm::SmallVector<int, 64> part;
-        for (int64_t i = 0; i < V; ++i) part.push_back(static_cast<int>(j * V + i));
-        x.push_back(b_.CreateShuffleVector(tile, part));
-      }
-      llvm::SmallVector<int, 64> lo, hi;
+  // V column vectors into V row vectors; `tile` holds rows r.., columns c.. of the block.
+  auto transpose_tile = [&](Value* tile, Value* r, Value* c) {
+    std::vector<Value*> x;
+    for (int64_t j = 0; j < V; ++j) {
+      llvm::SmallVector<int, 64> part;
+      for (int64_t i = 0; i < V; ++i) part.push_back(static_cast<int>(j * V + i));
+      x.push_back(b_.CreateShuffleVector(tile, part));
+    }
+    llvm::SmallVector<int, 64> lo, hi;
+    for (int64_t i = 0; i < V / 2; ++i) {
+      lo.append({static_cast<int>(i), static_cast<int>(V + i)});
+      hi.append({static_cast<int>(V / 2 + i), static_cast<int>(V + V / 2 + i)});
+    }
+    for (int64_t half = V; half > 1; half /= 2) {
+      std::vector<Value*> y;
       for (int64_t i = 0; i < V / 2; ++i) {
-        lo.append({static_cast<int>(i), static_cast<int>(V + i)});
-        hi.append({static_cast<int>(V / 2 + i), static_cast<int>(V + V / 2 + i)});
+        y.push_back(b_.CreateShuffleVector(x[i], x[i + V / 2], lo));
+        y.push_back(b_.CreateShuffleVector(x[i], x[i + V / 2], hi));
       }
-      for (int64_t half = V; half > 1; half /= 2) {
-        std::vector<Value*> y;
-        for (int64_t i = 0; i < V / 2; ++i) {
-          y.push_back(b_.CreateShuffleVector(x[i], x[i + V / 2], lo));
-          y.push_back(b_.CreateShuffleVector(x[i], x[i + V / 2], hi));
+      x = std::move(y);
+    }
+    for (int64_t i = 0; i < V; ++i)
+      store_at(x[i], b_.CreateNUWAdd(b_.CreateNUWMul(b_.CreateNUWAdd(r, b_.getInt64(i)), nc), c));
+  };
+  auto square_tiles = [&](TilePrefetch::Kind kind) {
+    Value* next_block_right = b_.CreateICmpULT(b_.CreateNUWAdd(c0, nc), shape_[sig_.rank - 1]);
+    guarded_loop("tile.cols", zero, nc_full, v, [&](Value* c) {
+      guarded_loop("tile.rows", zero, nr_full, v, [&](Value* r) {
+        Value* row = b_.CreateNUWAdd(r0, r);
+        TilePrefetch prefetch{kind};
+        if (kind == TilePrefetch::tile_at) {
+          Value* next_c = b_.CreateNUWAdd(c, v);
+          Value* in_block = b_.CreateICmpULT(next_c, nc_full);
+          Value* block_row = b_.CreateSelect(next_block_right, row, b_.CreateAdd(row, nr));
+          Value* block_col = b_.CreateSelect(next_block_right, b_.CreateNUWAdd(c0, nc), zero);
+          prefetch.row = b_.CreateSelect(in_block, row, block_row);
+          prefetch.col = b_.CreateSelect(in_block, b_.CreateNUWAdd(c0, next_c), block_col);
         }
-        x = std::move(y);
-      }
-      for (int64_t i = 0; i < V; ++i)
-        store_at(x[i], b_.CreateNUWAdd(b_.CreateNUWMul(b_.CreateNUWAdd(r, b_.getInt64(i)), nc), c));
+        transpose_tile(load_tile(k, slab_off, row, b_.CreateNUWAdd(c0, c), V, V, prefetch), r, c);
+      });
     });
-  });
+  };
+  // Where the columns lie a page or more apart (an NCHW plane each), a tile prefetches the
+  // one a group of V columns to its right (past the block's last group, the next block's
+  // first), which the loop reaches nr / V tiles later. Prefetching kPrefetchBytes down every
+  // column instead kept four blocks' lines of every column in flight, and with a
+  // power-of-two column stride (planes of 128 x 128 f32, 64 KiB apart) the lines at one row
+  // all fall into the same L2 sets: 64 columns' lines evicted one another before they were
+  // read (NCHW -> NHWC with C = 64 took 1.6-1.9x as long as at H*W = 16400, with 8 x 8
+  // tiles as well as 16 x 16). Columns closer than that (an NHWC pixel's channels) are read
+  // as one stream, which the prefetch down the columns keeps ahead of (the reverse transpose
+  // was slower with the other).
+  const int64_t page_elements = 4096 / static_cast<int64_t>(ir::dtype_size(operand(k).dtype));
+  if_else(b_.CreateICmpUGE(strides_[k][sig_.rank - 1], llvm::ConstantInt::get(index_type_, page_elements)),
+          [&] { square_tiles(TilePrefetch::tile_at); }, [&] { square_tiles(TilePrefetch::down_columns); });
   copy_elements(k, buf, slab_off, r0, c0, nc, nr_full, nr, zero, nc);
   copy_elements(k, buf, slab_off, r0, c0, nc, zero, nr_full, nc_full, nc);
 }
@@ -230,7 +275,10 @@ void KernelEmitter::stage_transposed(int k, Value* buf, Value* slab_off, Value* 
 // spans whole rows, else one per row).
 void KernelEmitter::emit_staged_tiles() {
   const int rank = sig_.rank;
-  const int64_t V = tile_lanes();
+  // Blocks are whole tiles of every staged input.
+  int64_t V = vectorizer_lanes();
+  for (int k = 0; k < num_inputs(); ++k)
+    if (operand(k).layout == Layout::strided) V = std::max(V, tile_lanes(ir::dtype_size(operand(k).dtype)));
   // Stack buffers: one block of each strided input, in the output's order.
   std::vector<Value*> buffers(static_cast<size_t>(num_inputs()), nullptr);
   for (int k = 0; k < num_inputs(); ++k) {
@@ -257,13 +305,7 @@ void KernelEmitter::emit_staged_tiles() {
   Value* block_rows = b_.CreateBinaryIntrinsic(llvm::Intrinsic::umax, fill, b_.getInt64(V));
   Value* whole_rows = b_.CreateICmpEQ(block_cols, cols);
   Value* streaming = b_.CreateICmpNE(field(kStreaming), b_.getInt64(0));
-  // A width hint on a loop LLVM then cannot vectorize prints a remark on stderr; library
-  // calls (ir::is_library_call) are what keeps a body scalar, so they go without the hint.
-  bool calls = false;
-  for (const ir::ScalarInstr& instr : sig_.body.instrs) calls |= ir::is_library_call(instr.op);
-  unsigned stream_width = 0;
-  for (const OperandSignature& o : sig_.outputs)
-    if (ir::dtype_size(o.dtype) == 2 && !calls) stream_width = static_cast<unsigned>(target_vector_bits() / 16);
+  const unsigned stream_width = streaming_width();
   // A stretch's streaming part starts where every output is on a 64-byte line: 16 elements
   // when the narrowest output is f32, not kStreamAlignElements (the flat kernels' bound for
   // any dtype). Output rows of H*W = 28*28 or 14*14 are not 64 elements apart, and a
@@ -347,9 +389,6 @@ void KernelEmitter::emit_staged_tiles() {
           Value* boundary = b_.CreateAnd(b_.CreateAdd(out0, b_.getInt64(stream_align - 1)), b_.getInt64(-stream_align));
           guarded_loop_value(out0, b_.CreateBinaryIntrinsic(llvm::Intrinsic::umin, boundary, out_end),
                              [&](Value* from, Value* to) { elements(from, to, 0); });
-          // A 16-bit output narrowed from vectors of the target's width is a truncating
-          // store, which has no non-temporal form on AVX-512: twice the lanes make it a
-          // full-width store again.
           guarded_loop_value(boundary, out_end, [&](Value* from, Value* to) { elements(from, to, stream_width); });
           b_.CreateBr(joined);
           b_.SetInsertPoint(joined);
