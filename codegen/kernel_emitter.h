@@ -116,8 +116,8 @@ class KernelEmitter {
   // A 16-bit output narrowed from vectors of the preferred width is a truncating store
   // (vpmovdw), which has no non-temporal form: on Sapphire Rapids, where LLVM prefers 256
   // bits, no bf16 output was streamed. Vectors of twice the widest registers' 32-bit lanes
-  // narrow to one full register. A body with a library call stays scalar and gets no hint
-  // (a width hint on a loop LLVM then cannot vectorize prints a remark on stderr).
+  // narrow to one full register. A body calling the C library stays scalar and gets no
+  // hint (a width hint on a loop LLVM then cannot vectorize prints a remark on stderr).
   unsigned streaming_width() const;
   void counted_loop(const char* name, Value* from, Value* to, Value* step, const std::function<void(Value*)>& body,
                     unsigned vector_width = 0, bool fold_tail = false);

@@ -171,6 +171,31 @@ TEST(CodegenAsm, StreamingLoopStores16BitOutputsNonTemporally) {
   }
 }
 
+TEST(CodegenAsm, BodiesCallingTheCLibraryGetNoWidthHint) {
+  // A width hint on a loop LLVM cannot vectorize prints "loop not vectorized" on stderr;
+  // bodies calling the C library (sin in f32, every transcendental in f64: log1p, which LLVM
+  // has no vector form of) stay scalar, so
+  // the streaming loops of 16-bit outputs must not ask for lanes there (the fuzzer found an
+  // f64 softrelu that did).
+  ScalarBuilder f32(1);
+  ScalarBuilder f64(1);
+  const std::vector<KernelSpec> specs = {
+      dense_spec("sin", f32.finish({f32.unary(ScalarOp::sin, f32.input(0))}), {DType::f32}, {DType::bf16}, {64}),
+      dense_spec("log1p", f64.finish({f64.unary(ScalarOp::log1p, f64.input(0))}), {DType::f64}, {DType::bf16}, {64})};
+  for (const KernelSpec& flat : specs) {
+    KernelSpec nhwc = flat;
+    nhwc.shape = {2, 256, 64};
+    nhwc.inputs[0].strides = {64 * 256, 1, 256};
+    nhwc.outputs[0].strides = codegen::row_major_strides(nhwc.shape);
+    for (const KernelSpec& spec : {flat, nhwc}) {
+      ::testing::internal::CaptureStderr();
+      codegen::build_kernel_module(spec, "k");
+      const std::string printed = ::testing::internal::GetCapturedStderr();
+      EXPECT_EQ(printed.find("remark"), std::string::npos) << spec.name << " rank " << spec.shape.size() << ":\n" << printed;
+    }
+  }
+}
+
 TEST(CodegenAsm, StridedKernelVectorizesItsInnerLoop) {
   // A bias broadcast per channel: rows of W contiguous elements, walked by an outer loop
   // over rows and an inner loop along each row, which must be the vectorized one.
