@@ -96,6 +96,7 @@ class KernelEmitter {
   Value* concat(std::vector<Value*> parts);  // equal vectors, padded with poison to a power of two
   void tag_access(llvm::Instruction* inst, int k);
   void if_then(Value* cond, const std::function<void()>& then);
+  // An empty `otherwise` makes it if_then.
   void if_else(Value* cond, const std::function<void()>& then, const std::function<void()>& otherwise);
   // body(from, to) only when from < to.
   void guarded_loop_value(Value* from, Value* to, const std::function<void(Value*, Value*)>& body);

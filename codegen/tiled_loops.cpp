@@ -58,27 +58,21 @@ bool KernelEmitter::stages_tiles() const {
 
 bool KernelEmitter::is_transposed(int k) const { return codegen::is_transposed(operand(k), sig_.rank); }
 
-void KernelEmitter::if_then(Value* cond, const std::function<void()>& then) {
-  llvm::BasicBlock* yes = llvm::BasicBlock::Create(ctx_, "then", fn_);
-  llvm::BasicBlock* after = llvm::BasicBlock::Create(ctx_, "endif", fn_);
-  b_.CreateCondBr(cond, yes, after);
-  b_.SetInsertPoint(yes);
-  then();
-  b_.CreateBr(after);
-  b_.SetInsertPoint(after);
-}
+void KernelEmitter::if_then(Value* cond, const std::function<void()>& then) { if_else(cond, then, nullptr); }
 
 void KernelEmitter::if_else(Value* cond, const std::function<void()>& then, const std::function<void()>& otherwise) {
   llvm::BasicBlock* yes = llvm::BasicBlock::Create(ctx_, "then", fn_);
-  llvm::BasicBlock* no = llvm::BasicBlock::Create(ctx_, "else", fn_);
+  llvm::BasicBlock* no = otherwise ? llvm::BasicBlock::Create(ctx_, "else", fn_) : nullptr;
   llvm::BasicBlock* after = llvm::BasicBlock::Create(ctx_, "endif", fn_);
-  b_.CreateCondBr(cond, yes, no);
+  b_.CreateCondBr(cond, yes, no ? no : after);
   b_.SetInsertPoint(yes);
   then();
   b_.CreateBr(after);
-  b_.SetInsertPoint(no);
-  otherwise();
-  b_.CreateBr(after);
+  if (no) {
+    b_.SetInsertPoint(no);
+    otherwise();
+    b_.CreateBr(after);
+  }
   b_.SetInsertPoint(after);
 }
 

@@ -35,6 +35,24 @@ def sh(cmd, env=None, **kw):
     return subprocess.run(cmd, env=env, check=True, **kw)
 
 
+def worker(cmd, env, out, crashed):
+    """Runs a peer's worker, which writes its results to `out` as it goes. A worker that dies
+    (a peer's own crash: torch 2.15 aborted with "invalid fastbin entry" under
+    MKL_ENABLE_INSTRUCTIONS=AVX2) is named in `crashed` and the run goes on with what it
+    wrote; a file left from an earlier run is removed first, so that it is never taken for
+    this run's."""
+    if os.path.exists(out):
+        os.remove(out)
+    print("[peers] $ " + " ".join(cmd), flush=True)
+    code = subprocess.run(cmd, env=env).returncode
+    if code != 0:
+        how = "signal %d" % -code if code < 0 else "exit status %d" % code
+        crashed.append("%s %s (%s)" % (os.path.basename(cmd[1]), cmd[2], how))
+        print("[peers] the worker died (%s); its results so far are kept" % how, flush=True)
+    if not os.path.exists(out):
+        json.dump({}, open(out, "w"))
+
+
 def cpu_info():
     model, flags = platform.processor() or "unknown CPU", []
     try:
@@ -140,6 +158,8 @@ def report(res, args, versions, load_before, load_after):
              "**WRONG**: output off the reference (MXNet f32, MXNET_SUBGRAPH_BACKEND=NONE) by more than "
              "%g (f32) / %g (bf16) of max |ref|, not timed" % (REPEAT, WARMUP, REPEAT, TOLERANCE["f32"], TOLERANCE["bf16"]),
              ""]
+    if res.get("_crashed"):
+        lines[-1:-1] = ["- **crashed** (the cells it had not reached are n/a): " + "; ".join(res["_crashed"])]
     if not args.skip_kernels:
         lines += ["## Kernels (64 Mi elements; in brackets: that peer's memcpy of the same bytes / its time)", "",
                   "| kernel | " + " | ".join(c for c, _ in KERNEL_COLS) + " |",
@@ -231,25 +251,30 @@ def main():
         for k, v in json.load(open(path)).items():
             res[rename(k) if rename else k] = v
 
+    crashed = []
     if not args.skip_kernels:
         res.update(ampfuse_kernels(bench, os.path.join(res_dir, "ampfuse_bench.json"), env))
-        sh([torch_py, torch_worker, "kernels", t, os.path.join(res_dir, "torch_kernels.json")], env=env)
+        worker([torch_py, torch_worker, "kernels", t, os.path.join(res_dir, "torch_kernels.json")], env,
+               os.path.join(res_dir, "torch_kernels.json"), crashed)
         merge(os.path.join(res_dir, "torch_kernels.json"))
-        sh([torch_py, torch_worker, "jax", t, os.path.join(res_dir, "jax_kernels.json")], env=env)
+        worker([torch_py, torch_worker, "jax", t, os.path.join(res_dir, "jax_kernels.json")], env,
+               os.path.join(res_dir, "jax_kernels.json"), crashed)
         jax_res = json.load(open(os.path.join(res_dir, "jax_kernels.json")))
         res["_jax_cpus"] = jax_res.pop("_cpus", None)
         res.update(jax_res)
-        sh([mx_py, mx_worker, "kernels", os.path.join(res_dir, "mx_kernels.json")], env=env_none)
+        worker([mx_py, mx_worker, "kernels", os.path.join(res_dir, "mx_kernels.json")], env_none,
+               os.path.join(res_dir, "mx_kernels.json"), crashed)
         merge(os.path.join(res_dir, "mx_kernels.json"), lambda k: k + "/mxnet")
     names = ",".join(args.models)
     for dt in args.dtypes:
         for backend, e in (("none", env_none), ("default", env_default)):
             out = os.path.join(res_dir, "mx_%s_%s.json" % (backend, dt))
-            sh([mx_py, mx_worker, "models", work, dt, out, names], env=e)
+            worker([mx_py, mx_worker, "models", work, dt, out, names], e, out, crashed)
             merge(out, lambda k, dt=dt, backend=backend: "%s/%s/mxnet_%s" % (k, dt, backend))
     out = os.path.join(res_dir, "torch_models.json")
-    sh([torch_py, torch_worker, "models", work, t, out, names, ",".join(args.dtypes)], env=env)
+    worker([torch_py, torch_worker, "models", work, t, out, names, ",".join(args.dtypes)], env, out, crashed)
     merge(out)
+    res["_crashed"] = crashed
     res.update(ampfuse_models(ampfuse, work, args.models, args.dtypes, pd, env))
 
     versions = {}
