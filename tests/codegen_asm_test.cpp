@@ -172,11 +172,10 @@ TEST(CodegenAsm, StreamingLoopStores16BitOutputsNonTemporally) {
 }
 
 TEST(CodegenAsm, BodiesCallingTheCLibraryGetNoWidthHint) {
-  // A width hint on a loop LLVM cannot vectorize prints "loop not vectorized" on stderr;
-  // bodies calling the C library (sin in f32, every transcendental in f64: log1p, which LLVM
-  // has no vector form of) stay scalar, so
-  // the streaming loops of 16-bit outputs must not ask for lanes there (the fuzzer found an
-  // f64 softrelu that did).
+  // A width hint on a loop LLVM cannot vectorize prints "loop not vectorized" on stderr.
+  // Bodies calling the C library (sin in f32, every transcendental in f64: log1p, which
+  // LLVM has no vector form of) stay scalar, so the streaming loops of 16-bit outputs must
+  // not ask for lanes there (the fuzzer found an f64 softrelu that did).
   ScalarBuilder f32(1);
   ScalarBuilder f64(1);
   const std::vector<KernelSpec> specs = {
