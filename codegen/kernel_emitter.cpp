@@ -5,6 +5,7 @@
 #include "codegen/dtype_lowering.h"
 #include "codegen/float_ops.h"
 #include "codegen/llvm_target.h"
+#include "codegen/vector_math.h"
 
 #include <fmt/format.h>
 #include <llvm/IR/LLVMContext.h>
@@ -225,10 +226,8 @@ void KernelEmitter::hint_loop(llvm::BranchInst* latch, unsigned vector_width, bo
 }
 
 unsigned KernelEmitter::streaming_width() const {
-  // The C library's functions: the ir::is_library_call ones, and in f64 every
-  // transcendental (codegen/vector_math.h).
   for (const ir::ScalarInstr& instr : sig_.body.instrs)
-    if (ir::is_library_call(instr.op) || (sig_.compute == ir::DType::f64 && ir::is_transcendental(instr.op))) return 0;
+    if (calls_c_library(instr.op, sig_.compute)) return 0;
   for (const OperandSignature& o : sig_.outputs)
     if (ir::dtype_size(o.dtype) == 2) return static_cast<unsigned>(target_register_bits() / 16);
   return 0;

@@ -12,9 +12,9 @@
 // LayerNorm's and the reductions' sums add in f64 as the reference kernels do, softmax's in
 // f32 as its reference does (docs/ops.md says why), all with `reassoc`, which is what lets
 // them vectorize: the order differs from the reference's sequential loops (in f64
-// invisible in all but the last bits of the rounded result); exp and log differ from the C library by their ULP bounds (codegen/vector_math.h;
-// log_softmax's log of the sum is the C library's, once a row). A row holding a NaN gives
-// NaN everywhere, as the reference's does.
+// invisible in all but the last bits of the rounded result). exp and log differ from the C
+// library by their ULP bounds (codegen/vector_math.h; log_softmax's log of the sum is the C
+// library's, once a row). A row holding a NaN gives NaN everywhere, as the reference's does.
 //
 // x is recomputed from the inputs in every pass instead of being kept: a row is at most a
 // few hundred KiB and in cache by the second pass, and the recomputation is the handful of

@@ -320,6 +320,10 @@ Value* call_libm(llvm::IRBuilder<>& b, ScalarOp op, llvm::ArrayRef<Value*> args)
 
 }  // namespace
 
+bool calls_c_library(ScalarOp op, ir::DType compute) {
+  return ir::is_library_call(op) || (compute == ir::DType::f64 && ir::is_transcendental(op));
+}
+
 Value* emit_transcendental(llvm::IRBuilder<>& b, ScalarOp op, llvm::ArrayRef<Value*> args) {
   if (!ir::is_transcendental(op)) fail("internal error: {} is not a transcendental op", ir::scalar_op_name(op));
   if (args[0]->getType()->isDoubleTy()) return call_libm(b, op, args);

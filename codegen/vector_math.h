@@ -36,4 +36,8 @@ llvm::Value* emit_transcendental(llvm::IRBuilder<>& b, ir::ScalarOp op, llvm::Ar
 // codegen/library_calls.h's library_symbol, the function the interpreter calls.
 llvm::Value* emit_library_call(llvm::IRBuilder<>& b, ir::ScalarOp op, llvm::Value* x);
 
+// Whether `op` computed in `compute` becomes a call to the C library (which keeps a loop
+// scalar): the ir::is_library_call ops, and in f64 every transcendental.
+bool calls_c_library(ir::ScalarOp op, ir::DType compute);
+
 }  // namespace ampfuse::codegen
