@@ -156,11 +156,8 @@ TEST(CodegenAsm, StreamingLoopStores16BitOutputsNonTemporally) {
   // A 16-bit output narrowed from vectors of LLVM's preferred width is a truncating store,
   // which has no non-temporal form (on Sapphire Rapids, where LLVM prefers 256 bits, no
   // bf16 output was streamed): the streaming loops of flat kernels and staged transposes
-  // alike must stream them. Not f16 with AVX512-FP16: LLVM 19 selects a non-temporal store
-  // of a half vector as a plain one (no such pattern; a bitcast to i16 is folded away).
-  std::vector<DType> outputs = {DType::bf16};
-  if (!codegen::jit_target().has("avx512fp16")) outputs.push_back(DType::f16);
-  for (const DType out : outputs) {
+  // alike must stream them.
+  for (const DType out : {DType::bf16, DType::f16}) {
     const std::string flat = assembly(dense_spec("cast", cast_body(), {DType::f32}, {out}, {64}));
     EXPECT_TRUE(Listing(flat).in_loop(R"(vmovnt(dq|ps)\s+%[xyz]mm)")) << ir::dtype_name(out) << "\n" << flat;
     // f32 NCHW -> NHWC, read through permuted strides.

@@ -48,6 +48,22 @@ TEST(CodegenTarget, NativeIsTheHostCpuWithAllItsFeatures) {
   EXPECT_FALSE(resolve_jit_target("native", zen3()).has("avx512f"));
 }
 
+// LLVM 19 miscompiles masked f16 compares with AVX512-FP16 (llvm/llvm-project#159723):
+// native code never uses it, nor AVX10, which implies it, even where the host has them.
+TEST(CodegenTarget, NativeWithholdsAvx512Fp16AndAvx10) {
+  HostCpu sapphire_rapids = zen4();
+  sapphire_rapids.name = "sapphirerapids";
+  for (const char* f : {"avx512fp16", "avx10.1-256", "avx10.1-512", "amx-bf16"}) sapphire_rapids.features[f] = true;
+  const JitTarget t = resolve_jit_target("native", sapphire_rapids);
+  for (const char* f : {"avx512fp16", "avx10.1-256", "avx10.1-512"}) {
+    EXPECT_FALSE(t.has(f)) << t.features;
+    EXPECT_NE(t.features.find(fmt::format("-{}", f)), std::string::npos) << t.features;
+  }
+  EXPECT_TRUE(t.has("avx512bf16")) << t.features;
+  EXPECT_TRUE(t.has("amx-bf16")) << t.features;
+  EXPECT_FALSE(codegen::jit_target().has("avx512fp16")) << "this process's target: " << codegen::jit_target().features;
+}
+
 TEST(CodegenTarget, X86_64_v3IsAvx2WithFmaAndF16c) {
   for (const HostCpu& h : {zen3(), zen4()}) {
     const JitTarget t = resolve_jit_target("x86-64-v3", h);

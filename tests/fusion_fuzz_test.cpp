@@ -5,6 +5,8 @@
 #include "fuzz/differential.h"
 #include "fuzz/random_graph.h"
 #include "ir/builder.h"
+#include "ir/text_format.h"
+#include "ir/type_inference.h"
 
 #include <gtest/gtest.h>
 
@@ -102,6 +104,62 @@ TEST(RandomGraph, CiSeedsDrawEveryRecipe) {
   for (const auto& [op, count] : drawn)
     if (count == 0) never.push_back(op);
   EXPECT_TRUE(never.empty()) << "never drawn over seeds 1-2000: " << testing::PrintToString(never);
+}
+
+// Graphs `make fuzz` found wrong, kept as text (the generator may change; these must not),
+// each compared on the inputs of the seed that found it.
+struct Finding {
+  uint64_t seed;
+  int ulps;
+  const char* graph;
+  const char* cause;
+};
+
+const Finding kFindings[] = {
+    {1108288, 0, R"(graph {
+  %b = var input : f32[64,64]
+  %_div_scalar0 = _div_scalar(%b) {scalar=-1.5} : f32[64,64]
+  %transpose0 = transpose(%_div_scalar0) {axes=[1,0]} : f32[64,64]
+  %transpose1 = transpose(%transpose0) {axes=[1,0]} : f32[64,64]
+  %broadcast_lesser_equal0 = broadcast_lesser_equal(%transpose0, %_div_scalar0) : f32[64,64]
+  %broadcast_logical_and0 = broadcast_logical_and(%transpose1, %broadcast_lesser_equal0) : f32[64,64]
+  return %broadcast_logical_and0
+})",
+     "the planner merged two groups that read each other under different maps"},
+    {1060625, 0, R"(graph {
+  %x0 = var input : f32[13]
+  %b = var input : f16[13]
+  %_logical_and_scalar0 = _logical_and_scalar(%x0) {scalar=100.0} : f32[13]
+  %_not_equal_scalar0 = _not_equal_scalar(%_logical_and_scalar0) {scalar=3.0} : f32[13]
+  %Cast0 = Cast(%b) {dtype=f32} : f32[13]
+  %_greater0 = _greater(%_not_equal_scalar0, %Cast0) : f32[13]
+  %_Dropout_train0 = _Dropout_train(%_greater0) {axes=[], offset=3, p=0.5, seed=2, step_stride=0} : f32[13]
+  return %_Dropout_train0
+})",
+     "LLVM 19 swapped a masked f16 compare with AVX512-FP16 (codegen/llvm_target.cpp)"},
+    {1163767, kTranscendentalUlps, R"(graph {
+  %x1 = var input : f32[13]
+  %s = var input : f16[16]
+  %slice_axis0 = slice_axis(%s) {axis=0, begin=1, end=14} : f16[13]
+  %sign0 = sign(%x1) : f32[13]
+  %Cast0 = Cast(%sign0) {dtype=f16} : f16[13]
+  %broadcast_lesser0 = broadcast_lesser(%slice_axis0, %Cast0) : f16[13]
+  %_logical_or0 = _logical_or(%sign0, %x1) : f32[13]
+  %Cast2 = Cast(%broadcast_lesser0) {dtype=f32} : f32[13]
+  %broadcast_logical_and0 = broadcast_logical_and(%_logical_or0, %Cast2) : f32[13]
+  %expm10 = expm1(%broadcast_logical_and0) : f32[13]
+  return %expm10
+})",
+     "LLVM 19 swapped a masked f16 compare with AVX512-FP16 (codegen/llvm_target.cpp)"},
+};
+
+TEST(Differential, FindingsOfLongRunsStayFixed) {
+  for (const Finding& f : kFindings) {
+    ir::Graph g = ir::parse_graph(f.graph);
+    ir::infer_types(g);
+    const DifferentialResult r = compare_fused_with_interpreter(g, f.seed, f.ulps);
+    EXPECT_TRUE(r.ok) << "seed " << f.seed << " (" << f.cause << "): " << r.message;
+  }
 }
 
 // A correct graph passes the comparison. (That a wrong kernel fails it was checked by hand:

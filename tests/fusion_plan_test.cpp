@@ -104,6 +104,30 @@ TEST(FusionPlan, NoCycleThroughAnExternalOp) {
     CHECK-NEXT: kernel 1 [2,6] nodes: %c=elemwise_add)");
 }
 
+// A value has one access map in a kernel. %le reads %d as it is and through %t transposed,
+// so it cannot share %d's kernel; %and could join either kernel, but merging the two (as
+// the planner once did; fuzz seed 1108288) would read %t untransposed.
+constexpr const char* kReadAsItIsAndTransposed = R"(graph {
+    %b = var input : f32[8,8]
+    %d = _div_scalar(%b) {scalar=-1.5}
+    %t = transpose(%d) {axes=[1,0]}
+    %tt = transpose(%t) {axes=[1,0]}
+    %le = broadcast_lesser_equal(%t, %d)
+    %and = broadcast_logical_and(%tt, %le)
+    return %and
+  })";
+
+TEST(FusionPlan, GroupsReadingEachOtherUnderDifferentMapsStayApart) {
+  EXPECT_FILECHECK(plan_text(kReadAsItIsAndTransposed), R"(
+    CHECK: kernel 0 [8,8] nodes: %d=_div_scalar %t=transpose %tt=transpose
+    CHECK-NEXT: kernel 1 [8,8] nodes: %le=broadcast_lesser_equal %and=broadcast_logical_and
+    CHECK-NOT: kernel 2)");
+  ir::Graph g = ir::parse_graph(kReadAsItIsAndTransposed);
+  ir::infer_types(g);
+  const fuzz::DifferentialResult r = fuzz::compare_fused_with_interpreter(g, 1, 0);
+  EXPECT_TRUE(r.ok) << r.message;
+}
+
 TEST(FusionPlan, ViewsAliasAndUnfusedPlansHaveOneNodePerKernel) {
   const char* ir = R"(graph {
     %x = var input : f32[2,6]

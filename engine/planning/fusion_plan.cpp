@@ -325,6 +325,21 @@ class Planner {
     }
   }
 
+  // The map node n must be computed under to read its input i as that input's producer,
+  // in the same kernel, computes it (under node_map_ of the producer), or nullopt when the
+  // access is not a permutation (a broadcast or slice of an inner value).
+  std::optional<AccessMap> map_reading(int32_t n, size_t i) const {
+    const size_t out_rank = g_.nodes[n].outputs[0].shape.size();
+    const AccessMap a = input_access(g_, n, i);
+    if (!is_permutation(a, out_rank)) return std::nullopt;
+    const AccessMap& mv = node_map_[g_.nodes[n].inputs[i].node];
+    // a maps output dim a.iter_dim[k] to input dim k, so output dim a.iter_dim[k] runs
+    // under the map of input dim k.
+    AccessMap m = AccessMap::identity(out_rank);
+    for (size_t k = 0; k < a.iter_dim.size(); ++k) m.iter_dim[a.iter_dim[k]] = mv.iter_dim[k];
+    return m;
+  }
+
   // The map node n must be computed under to read group `s`'s values consistently, or
   // nullopt when no such map exists.
   std::optional<AccessMap> required_map(int32_t n, int32_t s) const {
@@ -333,14 +348,8 @@ class Planner {
     std::optional<AccessMap> result;
     for (size_t i = 0; i < node.inputs.size(); ++i) {
       if (producer_step(node.inputs[i]) != s) continue;
-      const AccessMap a = input_access(g_, n, i);
-      if (!is_permutation(a, out_rank)) return std::nullopt;  // broadcasts / slices of an inner value
-      const AccessMap& mv = node_map_[node.inputs[i].node];
-      // a maps output dim a.iter_dim[k] to input dim k, so output dim a.iter_dim[k] runs
-      // under the map of input dim k.
-      AccessMap m = AccessMap::identity(out_rank);
-      for (size_t k = 0; k < a.iter_dim.size(); ++k) m.iter_dim[a.iter_dim[k]] = mv.iter_dim[k];
-      if (result && *result != m) return std::nullopt;
+      const std::optional<AccessMap> m = map_reading(n, i);
+      if (!m || (result && *result != *m)) return std::nullopt;
       result = m;
     }
     if (!result) return std::nullopt;
@@ -416,6 +425,14 @@ class Planner {
                           steps_[into].work.instructions + steps_[from].work.instructions,
                           static_cast<int>(loads.size())};
     if (!may_combine(steps_[into].work, steps_[from].work, work)) return;
+    // A value has one map in a kernel, so every read between the groups must find its value
+    // computed under the map the reader needs. A node of `from` may read one value of
+    // `into` as it is and another transposed (x <= transpose(x)): each group alone agrees,
+    // the merge would not.
+    for (const auto& [reader, producer] : {std::pair{into, from}, std::pair{from, into}})
+      for (int32_t n : steps_[reader].nodes)
+        for (size_t i = 0; i < g_.nodes[n].inputs.size(); ++i)
+          if (producer_step(g_.nodes[n].inputs[i]) == producer && map_reading(n, i) != node_map_[n]) return;
     std::vector<int32_t> into_reads;
     for (int32_t d : steps_[into].deps)
       if (d != from) into_reads.push_back(d);
