@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <map>
 #include <regex>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -47,7 +48,8 @@ std::string full_width() {
 
 // An assembly listing and its loops: each runs from a label to the last branch back to it.
 // The names of labels (.LBB0_16) and the order of blocks vary with the target and LLVM's
-// version; a backward branch is what a loop is on all of them.
+// version; a backward branch is what a loop is on all of them. A jump to a function's own
+// symbol is a tail call (the dispatcher's `jmp k.loop`), not a loop.
 struct Listing {
   struct Loop {
     size_t first, last;  // line indices
@@ -61,12 +63,15 @@ struct Listing {
   explicit Listing(const std::string& text) {
     std::istringstream in(text);
     for (std::string line; std::getline(in, line);) lines.push_back(line);
-    const std::regex label(R"(^([.\w$]+):)"), branch(R"(^\s+j[a-z]+\s+([.\w$]+)\s*$)");
+    const std::regex label(R"(^([.\w$]+):)"), branch(R"(^\s+j[a-z]+\s+([.\w$]+)\s*$)"),
+        function(R"(^\s+\.type\s+([.\w$]+),\s*@function)");
+    std::set<std::string> functions;
     std::map<std::string, size_t> label_line;
     std::map<std::string, size_t> last_branch_back;
     std::smatch m;
     for (size_t i = 0; i < lines.size(); ++i) {
-      if (std::regex_search(lines[i], m, label)) label_line[m[1]] = i;
+      if (std::regex_search(lines[i], m, function)) functions.insert(m[1]);
+      if (std::regex_search(lines[i], m, label) && !functions.count(m[1])) label_line[m[1]] = i;
       if (std::regex_search(lines[i], m, branch) && label_line.count(m[1])) last_branch_back[m[1]] = i;
     }
     for (const auto& [name, last] : last_branch_back) loops.push_back({label_line[name], last});
