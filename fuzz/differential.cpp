@@ -107,6 +107,7 @@ DifferentialResult compare_fused_with_interpreter(const ir::Graph& g, uint64_t s
   const engine::Executable exe = engine::Executable::compile(g, opts);
   r.kernels = exe.compile_stats().kernels;
   r.fused_nodes = exe.compile_stats().fused_nodes;
+  r.row_kernels = exe.compile_stats().row_kernels;
   if (!exe.compile_stats().fallbacks.empty()) {
     r.ok = false;
     r.message = "a kernel fell back to the interpreter: " + exe.compile_stats().fallbacks[0];
@@ -151,6 +152,29 @@ DifferentialResult check_random_graph(uint64_t seed, const engine::ExecutorOptio
     return r;
   } catch (const std::exception& e) {
     return {false, fmt::format("seed {}: {}", seed, e.what()), 0, 0};
+  }
+}
+
+DifferentialResult check_random_row_graph(uint64_t seed, bool* skipped, engine::ExecutorOptions opts) {
+  *skipped = false;
+  try {
+    const std::optional<RowGraph> rg = random_row_graph(seed);
+    if (!rg) {
+      *skipped = true;
+      return {};
+    }
+    opts.row_kernels = opts.fuse;  // (without fusion the row op runs on its reference kernel)
+    DifferentialResult r = compare_fused_with_interpreter(rg->graph, seed, 0, opts, rg->tolerance);
+    if (r.ok && opts.fuse && r.row_kernels != 1) {
+      r.ok = false;
+      r.message = fmt::format("{} row kernels planned, 1 expected", r.row_kernels);
+    }
+    if (!r.ok)
+      r.message = fmt::format("row seed {} ({} of {}): {}\n{}", seed, rg->row_op, ir::type_str(rg->row_input), r.message,
+                              ir::print_graph(rg->graph));
+    return r;
+  } catch (const std::exception& e) {
+    return {false, fmt::format("row seed {}: {}", seed, e.what())};
   }
 }
 

@@ -28,6 +28,7 @@ struct DifferentialResult {
   std::string message;  // the first mismatch: output, element index, both values
   int kernels = 0;
   int fused_nodes = 0;
+  int row_kernels = 0;  // CompileStats::row_kernels
 };
 
 // The fuzzer's inputs for `g`: random_bindings(g, seed) with NaN, +-Inf, +-0, subnormals
@@ -56,6 +57,12 @@ DifferentialResult compare_fused_with_interpreter(const ir::Graph& g, uint64_t s
 // random_fusable_graph(seed) through compare_fused_with_interpreter. Never throws: an
 // error while building, compiling or running is a failure whose message names the seed.
 DifferentialResult check_random_graph(uint64_t seed, const engine::ExecutorOptions& opts = {});
+
+// random_row_graph(seed) (fuzz/random_graph.h) through compare_fused_with_interpreter with
+// row kernels on (where opts.fuse is), within the graph's tolerance of each output's
+// largest |value|; a plan without its row kernel fails. `skipped` is set for a seed that
+// gives no row graph (a transcendental op, or no float output to append the row op to).
+DifferentialResult check_random_row_graph(uint64_t seed, bool* skipped, engine::ExecutorOptions opts = {});
 
 // The same for the backward graph of random_fusable_graph(seed) with respect to its float
 // inputs (engine/passes/autodiff.h; head gradients are inputs with planted values too):

@@ -5,6 +5,7 @@
 #include "ir/error.h"
 #include "ir/op_registry.h"
 #include "ir/scalar_program.h"
+#include "ir/type_inference.h"
 #include "runtime/random.h"
 
 #include <fmt/format.h>
@@ -372,6 +373,56 @@ class Generator {
 
 RandomGraph random_fusable_graph(uint64_t seed) {
   return with_context(fmt::format("random graph {}", seed), [&] { return Generator(seed).run(); });
+}
+
+std::optional<RowGraph> random_row_graph(uint64_t seed) {
+  RandomGraph rg = random_fusable_graph(seed);
+  if (rg.transcendental) return std::nullopt;
+  ir::Graph& g = rg.graph;
+  const auto v = std::find_if(g.outputs.begin(), g.outputs.end(), [&](ValueRef o) {
+    const ir::TensorType& t = g.type(o);
+    return !t.shape.empty() && t.shape.back() > 0 &&
+           (t.dtype == DType::f32 || t.dtype == DType::f16 || t.dtype == DType::bf16);
+  });
+  if (v == g.outputs.end()) return std::nullopt;
+  static constexpr const char* kRowOps[] = {"softmax", "log_softmax", "LayerNorm", "sum", "max", "mean"};
+  RowGraph r;
+  r.row_op = kRowOps[seed % std::size(kRowOps)];
+  r.row_input = g.type(*v);
+  const int64_t n = r.row_input.shape.back();
+  return with_context(fmt::format("random row graph {}", seed), [&] {
+    const auto add_op = [&](const std::string& op, std::vector<ValueRef> inputs,
+                            const std::map<std::string, std::string>& attrs, const std::string& name) {
+      ir::Node node;
+      node.op = op;
+      node.name = name;
+      node.inputs = std::move(inputs);
+      node.attrs = ir::parse_attrs(ir::OpRegistry::global().get(op), attrs);
+      return ValueRef{g.add(std::move(node)), 0};
+    };
+    const auto add_param = [&](const std::string& name) {
+      ir::Node node;
+      node.op = ir::kVarOp;
+      node.name = name;
+      node.role = ir::VarRole::param;
+      node.outputs = {{r.row_input.dtype, {n}}};
+      return ValueRef{g.add(std::move(node)), 0};
+    };
+    ValueRef row;
+    if (r.row_op == "LayerNorm")
+      row = add_op("LayerNorm", {*v, add_param("row_gamma"), add_param("row_beta")}, {{"eps", "0.01"}}, "row");
+    else if (r.row_op == "softmax" || r.row_op == "log_softmax")
+      row = add_op(r.row_op, {*v}, {{"temperature", "1.5"}}, "row");
+    else
+      row = add_op(r.row_op, {*v}, {{"axis", "(-1,)"}}, "row");
+    g.outputs.insert(g.outputs.begin(), add_op("_mul_scalar", {row}, {{"scalar", "0.5"}}, "after"));
+    ir::infer_types(g);
+    const double rounding = r.row_input.dtype == DType::bf16 ? 0x1p-7 : r.row_input.dtype == DType::f16 ? 0x1p-10 : 1e-5;
+    const double reference_sum_error = r.row_op == "softmax" || r.row_op == "log_softmax" ? n * 0x1p-24 : 0;
+    r.tolerance = std::max(rounding, reference_sum_error);
+    r.graph = std::move(g);
+    return std::optional<RowGraph>(std::move(r));
+  });
 }
 
 }  // namespace ampfuse::fuzz

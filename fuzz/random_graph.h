@@ -16,6 +16,7 @@
 #include "ir/graph.h"
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -37,5 +38,23 @@ std::vector<std::string> fuzzable_ops();
 
 // The graph for `seed`: the same seed gives the same graph on every platform.
 RandomGraph random_fusable_graph(uint64_t seed);
+
+// A graph for the row kernels (engine/planning/row_fusion.h): random_fusable_graph(seed)
+// with a row op over the last axis (softmax, log_softmax, LayerNorm, sum, max or mean, by
+// seed) appended to its first f32/f16/bf16 output whose last extent is not 0, and an
+// elementwise op after it, the graph's first output. nullopt where random_fusable_graph
+// has a transcendental op (its ULP-bound values would be amplified by exp) or no such
+// output.
+struct RowGraph {
+  ir::Graph graph;  // types inferred
+  std::string row_op;
+  ir::TensorType row_input;
+  // How far the row kernel may be from the reference kernel, relative to each output's
+  // largest |value|: one rounding of the row input's dtype (f32: summation order, 1e-5),
+  // or for softmax the reference's own error, n * 2^-24 (it adds a row's exponentials
+  // sequentially in f32; the row kernel in 64 lanes).
+  double tolerance = 0;
+};
+std::optional<RowGraph> random_row_graph(uint64_t seed);
 
 }  // namespace ampfuse::fuzz

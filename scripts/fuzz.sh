@@ -10,7 +10,11 @@
 #     1000000) from seed FUZZ_SEED (default 2001, past CI's fixed seeds 1-2000), split into
 #     FUZZ_JOBS processes over consecutive seed ranges (default: one per core; a graph's
 #     compile is single-threaded, so two processes on two cores run 1.6x as many graphs).
-# FUZZ_TARGETS picks targets (default all four); FUZZ_GRAPHS=0 skips step 2.
+#  3. The same for FUZZ_ROW_GRAPHS row graphs (default 100000; `ampfuse fuzz --rows`: each
+#     exact graph with a row op appended, whose row kernel is checked; about a third of
+#     the seeds give none and are skipped).
+# FUZZ_TARGETS picks targets (default all four); FUZZ_GRAPHS=0 / FUZZ_ROW_GRAPHS=0 skip
+# steps 2 / 3.
 set -euo pipefail
 
 # Arguments: the main build directory (with the ampfuse program) and the libFuzzer one.
@@ -18,6 +22,7 @@ BUILD=$1
 FUZZ_BUILD=$2
 FUZZ_RUNS=${FUZZ_RUNS:-1000000}
 FUZZ_GRAPHS=${FUZZ_GRAPHS:-1000000}
+FUZZ_ROW_GRAPHS=${FUZZ_ROW_GRAPHS:-100000}
 FUZZ_SEED=${FUZZ_SEED:-2001}
 FUZZ_JOBS=${FUZZ_JOBS:-$(nproc)}
 FUZZ_TARGETS=${FUZZ_TARGETS:-mxnet_json text_ir npy mxnet_params}
@@ -55,30 +60,36 @@ for t in $FUZZ_TARGETS; do
   grep -E '^stat::(number_of_executed_units|average_exec_per_sec|peak_rss_mb)' "$log"
 done
 
-if [ "$FUZZ_GRAPHS" -gt 0 ]; then
-  echo "fuzz: $FUZZ_GRAPHS random graphs from seed $FUZZ_SEED in $FUZZ_JOBS processes"
-  # Job j takes the j-th of FUZZ_JOBS consecutive seed ranges, logged to its own file; the
-  # step fails if any job does, naming its log.
-  share=$(( (FUZZ_GRAPHS + FUZZ_JOBS - 1) / FUZZ_JOBS ))
-  pids=()
-  logs=()
+# run_graphs KIND COUNT [FLAG]: `ampfuse fuzz [FLAG]` over COUNT seeds from FUZZ_SEED. Job j
+# takes the j-th of FUZZ_JOBS consecutive seed ranges, logged to its own file; fails if any
+# job does, naming its log.
+run_graphs() {
+  local kind=$1 total=$2 flag=${3:-}
+  [ "$total" -gt 0 ] || return 0
+  echo "fuzz: $total $kind from seed $FUZZ_SEED in $FUZZ_JOBS processes"
+  local share=$(( (total + FUZZ_JOBS - 1) / FUZZ_JOBS ))
+  local pids=() logs=() failed=0 j first count i
   for (( j = 0; j < FUZZ_JOBS; j++ )); do
     first=$(( FUZZ_SEED + j * share ))
-    count=$(( FUZZ_GRAPHS - j * share < share ? FUZZ_GRAPHS - j * share : share ))
+    count=$(( total - j * share < share ? total - j * share : share ))
     [ "$count" -gt 0 ] || break
-    logs+=("$FUZZ_BUILD/graphs-$first.log")
-    "./$BUILD/ampfuse" fuzz --seed "$first" --count "$count" >"${logs[-1]}" 2>&1 &
+    logs+=("$FUZZ_BUILD/${kind// /-}-$first.log")
+    "./$BUILD/ampfuse" fuzz $flag --seed "$first" --count "$count" >"${logs[-1]}" 2>&1 &
     pids+=($!)
   done
-  failed=0
   for i in "${!pids[@]}"; do
     if wait "${pids[$i]}"; then
       tail -n 1 "${logs[$i]}"
     else
       tail -n 40 "${logs[$i]}"
-      echo "fuzz: graphs failed (log ${logs[$i]})"
+      echo "fuzz: $kind failed (log ${logs[$i]})"
       failed=1
     fi
   done
-  exit "$failed"
-fi
+  return "$failed"
+}
+
+failed=0
+run_graphs "random graphs" "$FUZZ_GRAPHS" || failed=1
+run_graphs "row graphs" "$FUZZ_ROW_GRAPHS" --rows || failed=1
+exit "$failed"

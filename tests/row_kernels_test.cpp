@@ -234,51 +234,20 @@ TEST(RowKernels, ReductionsOverTheLastAxis) {
 // The differential fuzzer's exact graphs (fuzz/random_graph.h: random shapes with 0, 1, 7,
 // primes and 2^20+3 elements, f32/f16/bf16, broadcasts, transposes, casts, special values
 // planted in the inputs) with a row op appended to one of their outputs and an elementwise
-// op after it: each row kernel against the interpreter, with its data kernel's other
-// outputs stored and whatever joins. Within one rounding of the row op's output dtype of the
-// output's largest |value| (f32: summation order, 1e-5), or for softmax the reference's own
-// error: it adds a row's exponentials sequentially in f32, n * 2^-24 relative at most (the
-// row kernel adds in f64; F32SoftmaxIsWithinAFewUlpsOfTheExactResult holds it to the exact
-// result).
+// op after it (fuzz::random_row_graph): each row kernel against the interpreter, with its
+// data kernel's other outputs stored and whatever joins, within RowGraph::tolerance (the
+// reference's own softmax error is n * 2^-24; F32SoftmaxIsWithinAFewUlpsOfTheExactResult
+// holds the row kernel to the exact result). `ampfuse fuzz --rows` runs any number.
 TEST(RowKernels, RandomGraphsWithARowOpAppended) {
-  const char* row_ops[] = {"softmax", "log_softmax", "LayerNorm", "sum", "max", "mean"};
   int checked = 0, merged = 0;
   for (uint64_t seed = 1; seed <= 120; ++seed) {
-    const fuzz::RandomGraph rg = fuzz::random_fusable_graph(seed);
-    if (rg.transcendental) continue;  // their ULP-bound inputs would be amplified by exp
-    const ir::Graph& base = rg.graph;
-    const auto v = std::find_if(base.outputs.begin(), base.outputs.end(), [&](ir::ValueRef o) {
-      const ir::TensorType& t = base.type(o);
-      return !t.shape.empty() && t.shape.back() > 0 &&
-             (t.dtype == ir::DType::f32 || t.dtype == ir::DType::f16 || t.dtype == ir::DType::bf16);
-    });
-    if (v == base.outputs.end()) continue;
-    const ir::TensorType& t = base.type(*v);
-    const std::string op = row_ops[seed % std::size(row_ops)];
-    std::string text = ir::print_graph(base);
-    const size_t ret = text.rfind("return ");
-    std::string added;
-    if (op == "LayerNorm")
-      added = fmt::format("  %row_gamma = var param : {0}[{1}]\n  %row_beta = var param : {0}[{1}]\n"
-                          "  %row = LayerNorm({2}, %row_gamma, %row_beta) {{eps=0.01}}\n",
-                          ir::dtype_name(t.dtype), t.shape.back(), engine::value_name(base, *v));
-    else if (op == "sum" || op == "max" || op == "mean")
-      added = fmt::format("  %row = {}({}) {{axis=[-1]}}\n", op, engine::value_name(base, *v));
-    else
-      added = fmt::format("  %row = {}({}) {{temperature=1.5}}\n", op, engine::value_name(base, *v));
-    added += "  %after = _mul_scalar(%row) {scalar=0.5}\n";
-    text = text.substr(0, ret) + added + "  return %after, " + text.substr(ret + 7);
-    SCOPED_TRACE(fmt::format("seed {} ({} of {})\n{}", seed, op, ir::type_str(t), text));
-    const ir::Graph g = parsed(text);
-    engine::ExecutorOptions opts = row_options();
-    const engine::Executable exe = engine::Executable::compile(g, opts);
-    EXPECT_EQ(exe.compile_stats().row_kernels, 1);
-    merged += exe.compile_stats().kernels < engine::Executable::compile(g).compile_stats().kernels;
-    const double reference_sum_error = op == "softmax" || op == "log_softmax" ? t.shape.back() * 0x1p-24 : 0;
-    const fuzz::DifferentialResult r =
-        fuzz::compare_fused_with_interpreter(g, seed, 0, opts, std::max(tolerance(t.dtype), reference_sum_error));
+    bool skipped = false;
+    const fuzz::DifferentialResult r = fuzz::check_random_row_graph(seed, &skipped);
+    if (skipped) continue;
     EXPECT_TRUE(r.ok) << r.message;
     ++checked;
+    const ir::Graph g = fuzz::random_row_graph(seed)->graph;
+    merged += r.kernels < engine::Executable::compile(g).compile_stats().kernels;
   }
   EXPECT_GE(checked, 40);
   EXPECT_GE(merged, 10);  // neighbours joined in many of them
