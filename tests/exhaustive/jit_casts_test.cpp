@@ -18,6 +18,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -80,21 +81,18 @@ void jit_narrowing_mismatches(ir::DType out, uint64_t* mismatches, uint32_t* fir
   *mismatches = bad.load();
 }
 
-TEST(ExhaustiveJit, F32ToBf16AllInputs) {
+class ExhaustiveJit : public ::testing::TestWithParam<ir::DType> {};
+
+TEST_P(ExhaustiveJit, F32NarrowingAllInputs) {
   uint64_t mismatches = 0;
   uint32_t first = 0;
-  jit_narrowing_mismatches(ir::DType::bf16, &mismatches, &first);
-  EXPECT_EQ(mismatches, 0u)
-      << "first mismatch at f32 bits 0x" << std::hex << first << " (" << codegen::jit_target().cpu << ")";
+  jit_narrowing_mismatches(GetParam(), &mismatches, &first);
+  EXPECT_EQ(mismatches, 0u) << "first mismatch at f32 bits 0x" << std::hex << first << " ("
+                            << codegen::jit_target().cpu << ")";
 }
 
-TEST(ExhaustiveJit, F32ToF16AllInputs) {
-  uint64_t mismatches = 0;
-  uint32_t first = 0;
-  jit_narrowing_mismatches(ir::DType::f16, &mismatches, &first);
-  EXPECT_EQ(mismatches, 0u)
-      << "first mismatch at f32 bits 0x" << std::hex << first << " (" << codegen::jit_target().cpu << ")";
-}
+INSTANTIATE_TEST_SUITE_P(ToBf16AndF16, ExhaustiveJit, ::testing::Values(ir::DType::bf16, ir::DType::f16),
+                         [](const ::testing::TestParamInfo<ir::DType>& p) { return std::string(ir::dtype_name(p.param)); });
 
 }  // namespace
 }  // namespace ampfuse
