@@ -144,7 +144,7 @@ ir::Graph run_graph_steps(ir::Graph g, const LowerOptions& opts, bool until_dce,
                          }});
   if (opts.epilogues_run_fused)
     inference.push_back({"epilogue-fusion", [&](ir::Graph& x) {
-                           stats.fused_epilogues = fuse_epilogues(x, opts.epilogues_run_fused);
+                           stats.fused_epilogues = fuse_epilogues(x, opts.epilogues_run_fused, opts.relu_post_ops);
                            return stats.fused_epilogues > 0;  // 0: the graph is untouched
                          }});
   if (opts.computes_in_f32)

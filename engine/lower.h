@@ -71,6 +71,7 @@ struct LowerOptions {
   // (epilogue_fusion.h; changes low-precision results by rounding). Excludes backward and
   // training.
   RunsFusedEpilogue epilogues_run_fused;
+  bool relu_post_ops = false;  // with epilogues_run_fused: relu joins too (NaN becomes 0)
   // Differentiate: the graph's outputs become its forward outputs and then the gradients.
   // Excludes fold_batchnorm (folding would take the BatchNorm params out of the graph).
   std::optional<BackwardOptions> backward;

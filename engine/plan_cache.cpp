@@ -263,7 +263,7 @@ std::string options_text(const LowerOptions& o) {
   }
   s += fmt::format("layout '{}'\n", o.layout);
   s += fmt::format("fold_batchnorm {}\n", o.fold_batchnorm);
-  s += fmt::format("fuse_epilogues {}\n", static_cast<bool>(o.epilogues_run_fused));
+  s += fmt::format("fuse_epilogues {} relu {}\n", static_cast<bool>(o.epilogues_run_fused), o.relu_post_ops);
   if (o.backward)
     s += fmt::format("backward: wrt [{}] with_inputs {} heads {} loss_scale '{}'\n", join(o.backward->wrt),
                      o.backward->with_inputs, o.backward->heads ? fmt::format("{}", *o.backward->heads) : "all",

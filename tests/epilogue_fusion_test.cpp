@@ -1,5 +1,6 @@
-// epilogue_fusion: a Convolution or FullyConnected with the add and relu after it becomes one
-// _fused_conv / _fused_fc, which oneDNN runs with post-ops. The pass (textual IR, positive
+// epilogue_fusion: a Convolution or FullyConnected with the add and LeakyReLU after it becomes
+// one _fused_conv / _fused_fc, which oneDNN runs with post-ops (not relu or clip, whose
+// post-ops turn NaN into 0). The pass (textual IR, positive
 // cases beside the conditions that forbid it), the ops' semantics on the reference
 // interpreter (the same bits as the unfused graph in f32, one rounding in bf16), oneDNN's
 // post-op primitives against the reference kernels in both layouts and dtypes, and the
@@ -27,32 +28,32 @@ namespace {
 
 bool accept_all(const ir::Node&, std::span<const ir::TensorType>) { return true; }
 
-// A pre-activation residual block's tail, resnet v1 style: conv + residual, then relu.
-constexpr const char* kConvAddRelu = R"(graph {
+// A residual block's tail, darknet style: conv + residual, then LeakyReLU.
+constexpr const char* kConvAddLeaky = R"(graph {
   %x = var input : f32[2,4,9,9]
   %r = var input : f32[2,6,9,9]
   %w = var param : f32[6,4,3,3]
   %b = var param : f32[6]
   %conv = Convolution(%x, %w, %b) {kernel=[3,3], num_filter=6, pad=[1,1]}
   %sum = elemwise_add(%r, %conv)
-  %y = Activation(%sum) {act_type="relu"}
+  %y = LeakyReLU(%sum) {act_type="leaky", slope=0.1}
   return %y
 })";
 
-TEST(EpilogueFusion, AddAndReluBecomeOneFusedConvolution) {
-  ir::Graph g = parsed(kConvAddRelu);
+TEST(EpilogueFusion, AddAndLeakyReluBecomeOneFusedConvolution) {
+  ir::Graph g = parsed(kConvAddLeaky);
   EXPECT_EQ(engine::fuse_epilogues(g, accept_all), 1);
   ir::verify(g);
   EXPECT_FILECHECK(ir::print_graph(g), R"(
     CHECK-NOT: Convolution(
-    CHECK: %y = _fused_conv(%x, %w, %b, %r) {act_type="relu", {{.*}}with_residual=true} : f32[2,6,9,9]
+    CHECK: %y = _fused_conv(%x, %w, %b, %r) {act_type="leaky", {{.*}}slope=0.1, {{.*}}with_residual=true} : f32[2,6,9,9]
     CHECK-NEXT: return %y)");
   // f32: the convolution's f32 result plus the residual is the graph's own f32 add.
-  for (uint64_t seed : {1, 2}) EXPECT_EQ(relative_difference(parsed(kConvAddRelu), g, seed), 0.0) << "seed " << seed;
+  for (uint64_t seed : {1, 2}) EXPECT_EQ(relative_difference(parsed(kConvAddLeaky), g, seed), 0.0) << "seed " << seed;
 }
 
-// The shorter chains, both operand orders, broadcast_add of equal shapes, the relu op,
-// channels-last, no bias, and a residual fed by another fused convolution.
+// The shorter chains, both operand orders, broadcast_add of equal shapes, a relu that stays
+// after the add, channels-last, no bias, and a residual fed by another fused convolution.
 TEST(EpilogueFusion, ShorterChainsAndEveryFormOfTheLinks) {
   struct Case {
     const char* name;
@@ -67,11 +68,18 @@ TEST(EpilogueFusion, ShorterChainsAndEveryFormOfTheLinks) {
     %wf = var param : f32[4,4]
 )";
   const Case cases[] = {
-      {"conv -> relu", R"(
+      {"conv -> LeakyReLU", R"(
     %c = Convolution(%x, %w) {kernel=[3,3], num_filter=4, pad=[1,1], no_bias=true, layout="NHWC"}
-    %y = relu(%c)
+    %y = LeakyReLU(%c) {slope=0.1}
     return %y
-  })", 1, R"(CHECK: %y = _fused_conv(%x, %w) {act_type="relu", {{.*}}layout="NHWC", no_bias=true, {{.*}}with_residual=false})"},
+  })", 1, R"(CHECK: %y = _fused_conv(%x, %w) {act_type="leaky", {{.*}}slope=0.1, {{.*}}with_residual=false})"},
+      {"conv -> add -> relu: the add joins, the relu stays", R"(
+    %c = Convolution(%x, %w) {kernel=[3,3], num_filter=4, pad=[1,1], no_bias=true, layout="NHWC"}
+    %s = elemwise_add(%c, %x)
+    %y = relu(%s)
+    return %y
+  })", 1, R"(CHECK: %s = _fused_conv(%x, %w, %x) {act_type="none", {{.*}}with_residual=true}
+    CHECK-NEXT: %y = relu(%s))"},
       {"conv -> broadcast_add of equal shapes", R"(
     %c = Convolution(%x, %w) {kernel=[3,3], num_filter=4, pad=[1,1], no_bias=true, layout="NHWC"}
     %y = broadcast_add(%c, %x)
@@ -79,26 +87,26 @@ TEST(EpilogueFusion, ShorterChainsAndEveryFormOfTheLinks) {
   })", 1, R"(CHECK: %y = _fused_conv(%x, %w, %x) {act_type="none", {{.*}}with_residual=true})"},
       {"residual from a fused convolution", R"(
     %c1 = Convolution(%x, %w) {kernel=[3,3], num_filter=4, pad=[1,1], no_bias=true, layout="NHWC"}
-    %a1 = Activation(%c1) {act_type="relu"}
+    %a1 = LeakyReLU(%c1) {act_type="leaky", slope=0.2}
     %c2 = Convolution(%a1, %w2) {kernel=[1,1], num_filter=4, no_bias=true, layout="NHWC"}
     %s = elemwise_add(%c2, %a1)
-    %y = relu(%s)
+    %y = LeakyReLU(%s) {slope=-0.5}
     return %y
-  })", 2, R"(CHECK: %a1 = _fused_conv(%x, %w) {act_type="relu"
-    CHECK-NEXT: %y = _fused_conv(%a1, %w2, %a1) {act_type="relu", {{.*}}with_residual=true})"},
-      {"relu read twice after the add: the add alone joins", R"(
+  })", 2, R"(CHECK: %a1 = _fused_conv(%x, %w) {act_type="leaky", {{.*}}slope=0.2
+    CHECK-NEXT: %y = _fused_conv(%a1, %w2, %a1) {act_type="leaky", {{.*}}slope=-0.5, {{.*}}with_residual=true})"},
+      {"LeakyReLU read twice after the add: the add alone joins", R"(
     %c = Convolution(%x, %w) {kernel=[3,3], num_filter=4, pad=[1,1], no_bias=true, layout="NHWC"}
     %s = elemwise_add(%x, %c)
-    %y = relu(%s)
+    %y = LeakyReLU(%s) {slope=0.1}
     return %y, %s
   })", 1, R"(CHECK: %s = _fused_conv(%x, %w, %x) {act_type="none", {{.*}}with_residual=true}
-    CHECK-NEXT: %y = relu(%s))"},
-      {"FullyConnected -> add -> relu", R"(
+    CHECK-NEXT: %y = LeakyReLU(%s))"},
+      {"FullyConnected -> add -> LeakyReLU", R"(
     %f = FullyConnected(%x, %wf) {num_hidden=4, flatten=false, no_bias=true}
     %s = elemwise_add(%f, %x)
-    %y = relu(%s)
+    %y = LeakyReLU(%s) {slope=0.1}
     return %y
-  })", 1, R"(CHECK: %y = _fused_fc(%x, %wf, %x) {act_type="relu", flatten=false, no_bias=true, num_hidden=4, with_residual=true} : f32[1,8,8,4])"},
+  })", 1, R"(CHECK: %y = _fused_fc(%x, %wf, %x) {act_type="leaky", flatten=false, no_bias=true, num_hidden=4, slope=0.1, with_residual=true} : f32[1,8,8,4])"},
       {"two convolutions meet at one add: the first takes it", R"(
     %c1 = Convolution(%x, %w) {kernel=[3,3], num_filter=4, pad=[1,1], no_bias=true, layout="NHWC"}
     %c2 = Convolution(%x, %w2) {kernel=[1,1], num_filter=4, no_bias=true, layout="NHWC"}
@@ -130,13 +138,13 @@ TEST(EpilogueFusion, OnlyWhereNothingElseReadsTheLinksAndTypesAgree) {
   const std::pair<const char*, std::string> cases[] = {
       {"convolution read twice", R"(
     %c = Convolution(%x, %w) {kernel=[3,3], num_filter=4, pad=[1,1], no_bias=true}
-    %y = relu(%c)
+    %y = LeakyReLU(%c) {slope=0.1}
     %z = elemwise_mul(%y, %c)
     return %z
   })"},
       {"convolution is a graph output", R"(
     %c = Convolution(%x, %w) {kernel=[3,3], num_filter=4, pad=[1,1], no_bias=true}
-    %y = relu(%c)
+    %y = LeakyReLU(%c) {slope=0.1}
     return %y, %c
   })"},
       {"the add broadcasts its residual", R"(
@@ -160,9 +168,25 @@ TEST(EpilogueFusion, OnlyWhereNothingElseReadsTheLinksAndTypesAgree) {
     %y = Activation(%c) {act_type="tanh"}
     return %y
   })"},
+      // oneDNN's relu and clip post-ops turn NaN into 0: EpilogueFusion.NaNStaysNaN.
+      {"relu", R"(
+    %c = Convolution(%x, %w) {kernel=[3,3], num_filter=4, pad=[1,1], no_bias=true}
+    %y = Activation(%c) {act_type="relu"}
+    return %y
+  })"},
+      {"clip (relu6)", R"(
+    %c = Convolution(%x, %w) {kernel=[3,3], num_filter=4, pad=[1,1], no_bias=true}
+    %y = clip(%c) {a_min=0, a_max=6}
+    return %y
+  })"},
+      {"LeakyReLU of slope 0 (oneDNN's relu)", R"(
+    %c = Convolution(%x, %w) {kernel=[3,3], num_filter=4, pad=[1,1], no_bias=true}
+    %y = LeakyReLU(%c) {slope=0}
+    return %y
+  })"},
       {"a Deconvolution", R"(
     %c = Deconvolution(%x, %w) {kernel=[3,3], num_filter=4, pad=[1,1]}
-    %y = relu(%c)
+    %y = LeakyReLU(%c) {slope=0.1}
     return %y
   })"},
   };
@@ -174,7 +198,7 @@ TEST(EpilogueFusion, OnlyWhereNothingElseReadsTheLinksAndTypesAgree) {
     EXPECT_EQ(ir::print_graph(g), before);
   }
   // A chain the predicate refuses (oneDNN would run it with a reference kernel) stays too.
-  ir::Graph g = parsed(kConvAddRelu);
+  ir::Graph g = parsed(kConvAddLeaky);
   const std::string before = ir::print_graph(g);
   EXPECT_EQ(engine::fuse_epilogues(g, [](const ir::Node&, std::span<const ir::TensorType>) { return false; }), 0);
   EXPECT_EQ(ir::print_graph(g), before);
@@ -189,7 +213,7 @@ TEST(EpilogueFusion, Bf16RoundsOnceWhereTheGraphRoundedTwice) {
     %w = var param : bf16[8,8,3,3]
     %c = Convolution(%x, %w) {kernel=[3,3], num_filter=8, pad=[1,1], no_bias=true}
     %s = elemwise_add(%c, %r)
-    %y = relu(%s)
+    %y = LeakyReLU(%s) {slope=0.1}
     return %y
   })";
   const ir::Graph original = parsed(text);
@@ -214,14 +238,14 @@ TEST(EpilogueFusion, ResidualOfAnotherTypeIsATypeErrorNamingIt) {
 }
 
 // oneDNN's post-op primitive against the reference kernel: both layouts, f32 and bf16, with
-// and without bias, residual and relu; never one of oneDNN's reference implementations.
+// and without bias, residual and LeakyReLU; never one of oneDNN's reference implementations.
 TEST(EpilogueFusion, OnednnPostOpsMatchTheReferenceKernel) {
   using runtime::onednn_check::filled;
   for (const bool nhwc : {false, true})
     for (const ir::DType dt : {ir::DType::f32, ir::DType::bf16})
       for (const bool bias : {false, true})
         for (const bool residual : {false, true})
-          for (const char* act : {"none", "relu"}) {
+          for (const char* act : {"none", "leaky"}) {
             const ir::Shape xs = nhwc ? ir::Shape{2, 7, 7, 16} : ir::Shape{2, 16, 7, 7};
             const ir::Shape ws = nhwc ? ir::Shape{32, 3, 3, 16} : ir::Shape{32, 16, 3, 3};
             const ir::Shape ys = nhwc ? ir::Shape{2, 7, 7, 32} : ir::Shape{2, 32, 7, 7};
@@ -235,6 +259,7 @@ TEST(EpilogueFusion, OnednnPostOpsMatchTheReferenceKernel) {
             a.set("no_bias", !bias);
             a.set("with_residual", residual);
             a.set("act_type", std::string(act));
+            a.set("slope", 0.1);
             if (nhwc) a.set("layout", std::string("NHWC"));
             n.attrs = ir::complete_attrs(ir::OpRegistry::global().get(n.op), a);
             n.outputs = {{dt, ys}};
@@ -250,14 +275,14 @@ TEST(EpilogueFusion, OnednnPostOpsMatchTheReferenceKernel) {
 }
 
 // oneDNN's matmul with post-ops against the reference kernel: flatten and not, f32 and bf16,
-// with and without bias, residual and relu.
+// with and without bias, residual and LeakyReLU.
 TEST(EpilogueFusion, OnednnFullyConnectedPostOpsMatchTheReferenceKernel) {
   using runtime::onednn_check::filled;
   for (const bool flatten : {false, true})
     for (const ir::DType dt : {ir::DType::f32, ir::DType::bf16})
       for (const bool bias : {false, true})
         for (const bool residual : {false, true})
-          for (const char* act : {"none", "relu"}) {
+          for (const char* act : {"none", "leaky"}) {
             const ir::Shape xs = {2, 24, 64};
             const ir::Shape ys = flatten ? ir::Shape{2, 96} : ir::Shape{2, 24, 96};
             ir::Node n;
@@ -269,6 +294,7 @@ TEST(EpilogueFusion, OnednnFullyConnectedPostOpsMatchTheReferenceKernel) {
             a.set("no_bias", !bias);
             a.set("with_residual", residual);
             a.set("act_type", std::string(act));
+            a.set("slope", -0.3);
             n.attrs = ir::complete_attrs(ir::OpRegistry::global().get(n.op), a);
             n.outputs = {{dt, ys}};
             std::vector<runtime::Tensor> in = {filled({dt, xs}, 1),
@@ -283,8 +309,9 @@ TEST(EpilogueFusion, OnednnFullyConnectedPostOpsMatchTheReferenceKernel) {
           }
 }
 
-// A Transformer feed-forward block through the executor: both FullyConnecteds take their
-// epilogue (relu; the residual add), and the result matches the interpreter.
+// A Transformer feed-forward block through the executor: the second FullyConnected takes the
+// residual add, the relu after the first stays a fused kernel, and the result matches the
+// interpreter.
 TEST(EpilogueFusion, ExecutorRunsAFeedForwardBlockWithPostOps) {
   const char* text = R"(graph {
     %x = var input : f32[1,16,32]
@@ -304,8 +331,8 @@ TEST(EpilogueFusion, ExecutorRunsAFeedForwardBlockWithPostOps) {
   opts.constant_params = true;
   opts.fuse_epilogues = true;
   const engine::Executable exe = engine::Executable::compile(g, opts);
-  EXPECT_EQ(exe.compile_stats().fused_epilogues, 2);
-  EXPECT_EQ(count_op(exe.graph(), "_fused_fc"), 2);
+  EXPECT_EQ(exe.compile_stats().fused_epilogues, 1);
+  EXPECT_EQ(count_op(exe.graph(), "_fused_fc"), 1);
   const runtime::Bindings vars = runtime::random_bindings(g, 11);
   const std::vector<runtime::Tensor> want = runtime::interpret(g, vars), got = exe.run(vars);
   ASSERT_EQ(got.size(), 1u);
@@ -322,12 +349,12 @@ TEST(EpilogueFusion, ExecutorWritesOverTheDeadResidualAndMatchesTheInterpreter) 
     %b1 = var param : f32[16]
     %w2 = var param : f32[16,1,1,16]
     %c1 = Convolution(%x, %w1, %b1) {kernel=[3,3], num_filter=16, pad=[1,1], layout="NHWC"}
-    %a1 = relu(%c1)
+    %a1 = LeakyReLU(%c1) {slope=0.1}
     %c2 = Convolution(%a1, %w2) {kernel=[1,1], num_filter=16, no_bias=true, layout="NHWC"}
-    %a2 = Activation(%c2) {act_type="relu"}
+    %a2 = LeakyReLU(%c2) {slope=0.1}
     %c3 = Convolution(%a2, %w1) {kernel=[3,3], num_filter=16, pad=[1,1], no_bias=true, layout="NHWC"}
     %s3 = elemwise_add(%c3, %a1)
-    %a3 = relu(%s3)
+    %a3 = LeakyReLU(%s3) {slope=0.1}
     %c4 = Convolution(%a3, %w2) {kernel=[1,1], num_filter=16, no_bias=true, layout="NHWC"}
     return %c4
   })";
@@ -369,7 +396,7 @@ TEST(EpilogueFusion, ExecutorCopiesAResidualThatLivesOn) {
     %t = tanh(%r)
     %c = Convolution(%x, %w) {kernel=[3,3], num_filter=16, pad=[1,1], no_bias=true}
     %s = elemwise_add(%c, %t)
-    %y = relu(%s)
+    %y = LeakyReLU(%s) {slope=0.1}
     %z = elemwise_mul(%t, %y)
     %c2 = Convolution(%x, %w) {kernel=[3,3], num_filter=16, pad=[1,1], no_bias=true}
     %y2 = elemwise_add(%r, %c2)
@@ -392,12 +419,89 @@ TEST(EpilogueFusion, ExecutorCopiesAResidualThatLivesOn) {
   for (int64_t i = 0; i < r_before.size(); ++i) ASSERT_EQ(vars.at("r").get_f64(i), r_before.get_f64(i));
 }
 
+// NaN from the data: the interpreter keeps it through relu, clip and LeakyReLU, and so must
+// the executor with epilogues. oneDNN's relu and clip post-ops would give 0 (and did, when
+// relu was one); LeakyReLU's post-op keeps NaN too.
+TEST(EpilogueFusion, NaNStaysNaN) {
+  const char* text = R"(graph {
+    %x = var input : f32[1,16,6,6]
+    %w = var param : f32[16,16,1,1]
+    %c1 = Convolution(%x, %w) {kernel=[1,1], num_filter=16, no_bias=true}
+    %a1 = relu(%c1)
+    %c2 = Convolution(%x, %w) {kernel=[1,1], num_filter=16, no_bias=true}
+    %a2 = clip(%c2) {a_min=0, a_max=6}
+    %c3 = Convolution(%x, %w) {kernel=[1,1], num_filter=16, no_bias=true}
+    %a3 = LeakyReLU(%c3) {slope=0.1}
+    return %a1, %a2, %a3
+  })";
+  const ir::Graph g = parsed(text);
+  engine::ExecutorOptions opts;
+  opts.constant_params = true;
+  opts.fuse_epilogues = true;
+  const engine::Executable exe = engine::Executable::compile(g, opts);
+  EXPECT_EQ(exe.compile_stats().fused_epilogues, 1);
+  runtime::Bindings vars = runtime::random_bindings(g, 11);
+  vars.at("x").set_f64(3, std::nan(""));  // one pixel of channel 0: every output channel there
+  const std::vector<runtime::Tensor> want = runtime::interpret(g, vars), got = exe.run(vars);
+  ASSERT_EQ(got.size(), 3u);
+  for (size_t k = 0; k < 3; ++k) {
+    int nan = 0;
+    for (int64_t i = 0; i < want[k].size(); ++i) {
+      nan += std::isnan(want[k].get_f64(i));
+      EXPECT_EQ(std::isnan(got[k].get_f64(i)), std::isnan(want[k].get_f64(i))) << "output " << k << " element " << i;
+      // (oneDNN adds the products in another order than the reference kernel.)
+      if (!std::isnan(want[k].get_f64(i))) {
+        EXPECT_NEAR(got[k].get_f64(i), want[k].get_f64(i), 1e-5) << "output " << k << " element " << i;
+      }
+    }
+    EXPECT_EQ(nan, 16) << "output " << k;
+  }
+}
+
+// ExecutorOptions::relu_post_ops: the relu joins its convolution as oneDNN's post-op, and
+// NaN becomes 0 there (what MXNet's oneDNN fusion gives), while the LeakyReLU keeps it.
+TEST(EpilogueFusion, ReluPostOpsWhenAskedTurnNaNIntoZero) {
+  ir::Graph g = parsed(R"(graph {
+    %x = var input : f32[1,16,6,6]
+    %w = var param : f32[16,16,1,1]
+    %c1 = Convolution(%x, %w) {kernel=[1,1], num_filter=16, no_bias=true}
+    %a1 = Activation(%c1) {act_type="relu"}
+    %c3 = Convolution(%x, %w) {kernel=[1,1], num_filter=16, no_bias=true}
+    %a3 = LeakyReLU(%c3) {slope=0.1}
+    return %a1, %a3
+  })");
+  const ir::Graph original = g;
+  EXPECT_EQ(engine::fuse_epilogues(g, accept_all, /*relu=*/true), 2);
+  EXPECT_FILECHECK(ir::print_graph(g), R"(
+    CHECK: %a1 = _fused_conv(%x, %w) {act_type="relu"
+    CHECK-NEXT: %a3 = _fused_conv(%x, %w) {act_type="leaky")");
+  // The reference kernel of act_type "relu" is relu's: the same as the graph, NaN kept.
+  EXPECT_EQ(relative_difference(original, g, 3), 0.0);
+
+  engine::ExecutorOptions opts;
+  opts.constant_params = true;
+  opts.fuse_epilogues = true;
+  opts.relu_post_ops = true;
+  const engine::Executable exe = engine::Executable::compile(original, opts);
+  EXPECT_EQ(exe.compile_stats().fused_epilogues, 2);
+  runtime::Bindings vars = runtime::random_bindings(original, 11);
+  vars.at("x").set_f64(3, std::nan(""));
+  const std::vector<runtime::Tensor> want = runtime::interpret(original, vars), got = exe.run(vars);
+  int relu_zeros = 0, leaky_nans = 0;
+  for (int64_t i = 0; i < want[0].size(); ++i) {
+    if (std::isnan(want[0].get_f64(i))) relu_zeros += got[0].get_f64(i) == 0;
+    if (std::isnan(want[1].get_f64(i))) leaky_nans += std::isnan(got[1].get_f64(i));
+  }
+  EXPECT_EQ(relu_zeros, 16);
+  EXPECT_EQ(leaky_nans, 16);
+}
+
 // Training compiles ignore the option: _fused_conv has no gradient.
 TEST(EpilogueFusion, TrainingCompilesKeepTheConvolutions) {
   engine::ExecutorOptions opts;
   opts.fuse_epilogues = true;
   opts.backward = engine::BackwardOptions{};
-  const engine::Executable exe = engine::Executable::compile(parsed(kConvAddRelu), opts);
+  const engine::Executable exe = engine::Executable::compile(parsed(kConvAddLeaky), opts);
   EXPECT_EQ(exe.compile_stats().fused_epilogues, 0);
   EXPECT_EQ(count_op(exe.graph(), "_fused_conv"), 0);
 }

@@ -199,6 +199,9 @@ TEST(PlanCache, ChangedGraphShapeOrOptionIsAMiss) {
   o.fuse_epilogues = false;
   variants.push_back({"--no-epilogues", {g, o}});
   o = base;
+  o.relu_post_ops = true;
+  variants.push_back({"--relu-post-ops", {g, o}});
+  o = base;
   o.use_onednn = false;
   variants.push_back({"no oneDNN (no compute-in-f32)", {g, o}});
   variants.push_back({"another input shape (batch 2)", {models::build_default_model(2), base}});

@@ -39,8 +39,11 @@ void add_plan_args(CLI::App& cmd, PlanArgs& a) {
                "Keep each BatchNorm that follows a Convolution (fused plans fold it into the convolution's weights "
                "and bias, computed once)");
   cmd.add_flag("--no-epilogues", a.no_epilogues,
-               "Keep the add and relu after each Convolution and FullyConnected as fused kernels (fused inference "
+               "Keep the add and LeakyReLU after each Convolution and FullyConnected as fused kernels (fused inference "
                "plans on the CPU run them as oneDNN post-ops of that op)");
+  cmd.add_flag("--relu-post-ops", a.relu_post_ops,
+               "Run a relu after a Convolution or FullyConnected as its oneDNN post-op too: faster, but NaN becomes 0 "
+               "there, as in MXNet's oneDNN fusion (without it the relu keeps NaN)");
   cmd.add_flag("--no-row-kernels", a.no_row_kernels,
                "Run softmax, log_softmax, LayerNorm and sum/mean/max/min on oneDNN or the reference kernels (fused "
                "inference plans on the CPU generate them, over the last axis, with the kernels around them merged in)");

@@ -10,6 +10,7 @@ engine::ExecutorOptions PlanArgs::executor_options() const {
   eo.constant_params = true;  // the weights stay bound: their derived forms are computed once
   eo.fold_batchnorm = !no_fuse && !no_fold_bn;
   eo.fuse_epilogues = !no_fuse && !no_epilogues;
+  eo.relu_post_ops = relu_post_ops;
   eo.row_kernels = !no_fuse && !no_row_kernels;
   return eo;
 }

@@ -16,14 +16,16 @@ struct PlanArgs {
   bool no_fuse = false;
   bool no_fold_bn = false;
   bool no_epilogues = false;
+  bool relu_post_ops = false;
   bool no_row_kernels = false;
 
-  // Fused runs fold BatchNorms into convolutions, run convolutions with their add and relu
+  // Fused runs fold BatchNorms into convolutions, run convolutions with their add and LeakyReLU
   // as oneDNN post-ops, generate row kernels, and keep the weights' derived forms.
   engine::ExecutorOptions executor_options() const;
 };
 
-// Adds --amp and its overrides, --no-fuse, --no-fold-bn, --no-epilogues and --no-row-kernels.
+// Adds --amp and its overrides, --no-fuse, --no-fold-bn, --no-epilogues, --relu-post-ops and
+// --no-row-kernels.
 void add_plan_args(CLI::App& cmd, PlanArgs& a);
 
 }  // namespace ampfuse::tools

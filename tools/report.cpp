@@ -277,7 +277,7 @@ std::string plan_text(const PlanSummary& p) {
     out += fmt::format("         BatchNorms folded into the weights and bias of the convolution before each: {}\n",
                        p.folded_batchnorms);
   if (p.fused_epilogues > 0)
-    out += fmt::format("         convolutions and FullyConnected ops run with the add and relu after them as oneDNN post-ops: {}\n",
+    out += fmt::format("         convolutions and FullyConnected ops run with the add and activation after them as oneDNN post-ops: {}\n",
                        p.fused_epilogues);
   if (p.row_kernels > 0)
     out += fmt::format("         softmax, LayerNorm and last-axis reductions as generated row kernels with the kernels around them: {}\n",

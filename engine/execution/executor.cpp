@@ -125,6 +125,7 @@ LowerOptions lower_options(const ExecutorOptions& opts, const runtime::DeviceApi
       const std::string impl = runtime::onednn_impl_name(fused, inputs);
       return !impl.empty() && !runtime::onednn_impl_is_slow(impl);
     };
+  lo.relu_post_ops = opts.relu_post_ops;
   lo.backward = opts.backward;
   lo.training = opts.training;
   lo.planner.fuse = opts.fuse;

@@ -81,12 +81,17 @@ struct ExecutorOptions {
   // constant_params, which computes the folded weights once.
   bool fold_batchnorm = false;
   // Inference on the CPU: a Convolution or FullyConnected and the add (of a residual) and
-  // relu after it become one _fused_conv / _fused_fc, which oneDNN runs with post-ops
+  // LeakyReLU after it become one _fused_conv / _fused_fc, which oneDNN runs with post-ops
   // (engine/passes/epilogue_fusion.h), where oneDNN has a real kernel for it: the op's
   // output is never stored and read back. In bf16/f16 results differ from the graph's by
   // rounding (one rounding instead of two); f32 results are the same. Ignored with backward
   // or training, on a GPU, and without use_onednn.
   bool fuse_epilogues = false;
+  // With fuse_epilogues: a relu after the op joins as oneDNN's relu post-op too, which turns
+  // NaN into 0 where the graph keeps NaN (MXNet's own oneDNN fusion does the same). Faster
+  // (bench/README.md, "NaN through the epilogues": squeezenet bf16 1.24 against 1.52 ms);
+  // off, the relu runs in the fused kernel after the op and NaN stays NaN.
+  bool relu_post_ops = false;
   // Inference on the CPU: softmax, log_softmax and LayerNorm over the last axis and the
   // sum/mean/max/min of the last axis run as generated row kernels, with the fused kernels before and after them merged in
   // (engine/planning/row_fusion.h): their casts, bias adds and the like cost no pass over
@@ -142,7 +147,7 @@ struct CompileStats {
   int constant_steps = 0;
   // BatchNorms folded into the Convolution before them (ExecutorOptions::fold_batchnorm).
   int folded_batchnorms = 0;
-  // Convolutions and FullyConnecteds run with their add and relu as oneDNN post-ops
+  // Convolutions and FullyConnecteds run with their add and LeakyReLU as oneDNN post-ops
   // (ExecutorOptions::fuse_epilogues).
   int fused_epilogues = 0;
   // Row kernels: softmax, LayerNorm and last-axis reductions generated with their neighbours

@@ -4,6 +4,7 @@
 #include "ir/op_registry.h"
 #include "ir/type_inference.h"
 
+#include <cmath>
 #include <map>
 #include <optional>
 #include <string>
@@ -16,6 +17,16 @@ using ir::ValueRef;
 
 bool is_relu(const ir::Node& n) {
   return n.op == "relu" || (n.op == "Activation" && n.attrs.get_string("act_type") == "relu");
+}
+
+// LeakyReLU's leaky form with a nonzero slope: oneDNN's relu post-op with that alpha
+// computes it bit for bit, NaN included. (relu is taken only when asked and clip never:
+// their post-ops turn NaN into 0, where the graph keeps it; bench/README.md, "NaN through
+// the epilogues", says what a relu costs as a fused kernel after the op.)
+bool is_leaky(const ir::Node& n) {
+  if (n.op != "LeakyReLU" || n.attrs.get_string("act_type") != "leaky") return false;
+  const double slope = n.attrs.get_float("slope");
+  return slope != 0 && !std::isnan(slope);
 }
 
 bool is_add(const ir::Node& n) { return n.op == "elemwise_add" || n.op == "broadcast_add"; }
@@ -34,11 +45,12 @@ struct Chain {
   int32_t last = -1;              // the node whose value the fused node computes
   std::optional<ValueRef> residual;
   bool relu = false;
+  std::optional<double> leaky_slope;
 };
 
 class ChainFinder {
  public:
-  explicit ChainFinder(const ir::Graph& g) : g_(g), uses_(ir::use_counts(g)) {
+  ChainFinder(const ir::Graph& g, bool relu) : g_(g), relu_(relu), uses_(ir::use_counts(g)) {
     for (int32_t i = 0; i < static_cast<int32_t>(g.nodes.size()); ++i)
       for (ValueRef in : g.nodes[i].inputs) reader_[in] = i;  // meaningful where uses == 1
   }
@@ -60,11 +72,11 @@ class ChainFinder {
         chain.residual = other;
       }
     }
-    if (const int32_t next = sole_reader({chain.last, 0}); next >= 0 && is_relu(g_.nodes[next]) &&
-                                                           g_.nodes[next].outputs[0] == type) {
-      chain.absorbed.push_back(chain.last);
-      chain.last = next;
-      chain.relu = true;
+    if (const int32_t next = sole_reader({chain.last, 0}); next >= 0 && g_.nodes[next].outputs[0] == type) {
+      const ir::Node& act = g_.nodes[next];
+      if (is_leaky(act)) chain.leaky_slope = act.attrs.get_float("slope");
+      chain.relu = relu_ && is_relu(act);
+      if (chain.leaky_slope || chain.relu) chain.absorbed.push_back(chain.last), chain.last = next;
     }
     if (chain.last == op) return std::nullopt;
     return chain;
@@ -81,6 +93,7 @@ class ChainFinder {
   }
 
   const ir::Graph& g_;
+  bool relu_;
   std::map<ValueRef, int> uses_;
   std::map<ValueRef, int32_t> reader_;
 };
@@ -94,7 +107,8 @@ ir::Node fused_node(const ir::Graph& g, const Chain& chain) {
   n.inputs = op.inputs;
   ir::Attrs attrs = op.attrs;
   attrs.set("with_residual", chain.residual.has_value());
-  attrs.set("act_type", std::string(chain.relu ? "relu" : "none"));
+  attrs.set("act_type", std::string(chain.leaky_slope ? "leaky" : chain.relu ? "relu" : "none"));
+  if (chain.leaky_slope) attrs.set("slope", *chain.leaky_slope);
   if (chain.residual) n.inputs.push_back(*chain.residual);
   n.attrs = ir::complete_attrs(ir::OpRegistry::global().get(n.op), std::move(attrs));
   n.outputs = op.outputs;
@@ -103,8 +117,8 @@ ir::Node fused_node(const ir::Graph& g, const Chain& chain) {
 
 }  // namespace
 
-int fuse_epilogues(ir::Graph& g, const RunsFusedEpilogue& runs_fused) {
-  const ChainFinder finder(g);
+int fuse_epilogues(ir::Graph& g, const RunsFusedEpilogue& runs_fused, bool relu) {
+  const ChainFinder finder(g, relu);
   std::map<int32_t, ir::Node> fused_at;  // last node of a chain -> its fused node
   std::vector<bool> absorbed(g.nodes.size(), false);
   for (int32_t i = 0; i < static_cast<int32_t>(g.nodes.size()); ++i) {

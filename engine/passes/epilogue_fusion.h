@@ -6,13 +6,17 @@
 //
 //   %c = Convolution(%x, %w, %b)           (or FullyConnected)
 //   %s = elemwise_add(%c, %r)              (or broadcast_add of two equal shapes,
-//   %y = Activation(%s) {act_type="relu"}   either operand order; relu: Activation or relu)
-//     ->  %y = _fused_conv(%x, %w, %b, %r) {with_residual=true, act_type="relu"}
+//   %y = LeakyReLU(%s) {slope=0.1}          either operand order)
+//     ->  %y = _fused_conv(%x, %w, %b, %r) {with_residual=true, act_type="leaky", slope=0.1}
 //
-// and the shorter chains op -> add and op -> relu. A link joins only when nothing else reads
-// the value before it (no other node, no graph output), the op is not Deconvolution, and
-// every value of the chain, the residual included, has the op's output type (no broadcast,
-// no cast). The fused node takes the last node's name and place (it computes that value),
+// and the shorter chains op -> add and op -> LeakyReLU. The activation is LeakyReLU's leaky
+// form with a nonzero slope, which oneDNN computes bit for bit; relu only when asked
+// (`relu`), since its post-op turns NaN into 0 (MXNet's own oneDNN fusion does; by default
+// ampfuse keeps the graph's NaN and runs the relu in the fused kernel after the op); never
+// clip (relu6), whose post-op does the same. A link joins only when nothing
+// else reads the value before it (no other node, no graph output), the op is not
+// Deconvolution, and every value of the chain, the residual included, has the op's output
+// type (no broadcast, no cast). The fused node takes the last node's name and place (it computes that value),
 // so every operand is defined before it.
 //
 // The fused node rounds once where the graph rounded the op's output first: in bf16/f16 the
@@ -31,8 +35,9 @@ namespace ampfuse::engine {
 
 using RunsFusedEpilogue = std::function<bool(const ir::Node& fused, std::span<const ir::TensorType> inputs)>;
 
-// Fuses every chain that qualifies (above) and that `runs_fused` accepts. Types must be
-// inferred. Returns the number of fused nodes made.
-int fuse_epilogues(ir::Graph& g, const RunsFusedEpilogue& runs_fused);
+// Fuses every chain that qualifies (above) and that `runs_fused` accepts; with `relu`, a relu
+// (relu, Activation relu) joins too, as act_type "relu". Types must be inferred. Returns the
+// number of fused nodes made.
+int fuse_epilogues(ir::Graph& g, const RunsFusedEpilogue& runs_fused, bool relu = false);
 
 }  // namespace ampfuse::engine

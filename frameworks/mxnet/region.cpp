@@ -124,7 +124,7 @@ Region::Compiled& Region::compiled_for(const std::vector<RegionInput>& inputs) {
   // reads moving statistics it rewrites every call, and trains weights that change every
   // step: nothing there stays constant long enough to keep.
   eo.constant_params = form_ != RegionForm::training;
-  // Convolutions and FullyConnecteds with their add and relu as oneDNN post-ops, as MXNet's
+  // Convolutions and FullyConnecteds with their add and LeakyReLU as oneDNN post-ops, as MXNet's
   // own oneDNN fusion runs them: the same f32 results, one rounding fewer in bf16
   // (engine/passes/epilogue_fusion.h).
   eo.fuse_epilogues = form_ != RegionForm::training;

@@ -187,7 +187,7 @@ def load(symbol_json=None, params=None, *, shapes=None, amp=None, fuse=True, fol
     array; weights it leaves out get seeded random values (`seed`), with a warning. `shapes`:
     input name -> shape where the model does not say (a call's inputs may give others). The
     other options are `ampfuse run`'s: amp (None, "bf16", "fp16"), fuse (--no-fuse; fused
-    plans also run each convolution's add and relu as oneDNN post-ops, and softmax,
+    plans also run each convolution's add and LeakyReLU as oneDNN post-ops, and softmax,
     LayerNorm and last-axis reductions as generated row kernels with their neighbours),
     fold_bn (--no-fold-bn), device ("cpu", "cuda", "cuda-emulated"), cast_params_offline,
     lp16_ops, fp32_ops, widest_ops, neutral_ops, exclude, cast_narrow, layout (None or "auto":

@@ -185,13 +185,14 @@ using namespace onednn_detail;
 
 // The post-ops of an op with an epilogue (ir/ops/nn_epilogue.cpp), applied to the f32
 // accumulators before the one rounding to the output dtype: a sum (the residual, which the
-// output buffer must hold when the primitive starts) and an eltwise relu. The memory plan
+// output buffer must hold when the primitive starts) and an eltwise relu, with LeakyReLU's
+// slope as its alpha (x > 0 ? x : alpha * x, NaN kept) or, for relu, alpha 0 (then oneDNN
+// computes a max with 0, which turns NaN into 0: ExecutorOptions::relu_post_ops). The memory plan
 // writes the output over the residual where the residual dies there
 // (engine/execution/memory_plan.h), so usually nothing is copied; otherwise wrap() copies it
 // in first. A binary-add post-op would read the residual where it lies, but oneDNN 2.6's
 // brgconv_1x1 kernels refuse it for a full-size operand (jit_1x1 runs it, slower:
-// bench/README.md, "Epilogues as oneDNN post-ops"). oneDNN's relu gives -0 where the reference
-// gives +0 (equal values).
+// bench/README.md, "Epilogues as oneDNN post-ops").
 struct Epilogue {
   dnnl::primitive_attr attr;  // the scratchpad mode and the post-ops
   std::optional<size_t> residual;  // the input the residual is
@@ -222,8 +223,15 @@ Epilogue epilogue_of(const Node& n, Types in, Types out) {
     e.residual = count - 1;
   }
   const std::string act = n.attrs.get_string("act_type");
-  if (act == "relu") ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
-  else if (act != "none") refuse("act_type '{}' has no oneDNN post-op here", act);
+  if (act == "relu") {
+    ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
+  } else if (act == "leaky") {
+    const float slope = static_cast<float>(n.attrs.get_float("slope"));
+    if (!(slope != 0)) refuse("slope {} (oneDNN's relu of slope 0 turns NaN into 0)", slope);
+    ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, slope, 0.0f);
+  } else if (act != "none") {
+    refuse("act_type '{}' has no oneDNN post-op here", act);
+  }
   e.attr.set_post_ops(ops);
   return e;
 }

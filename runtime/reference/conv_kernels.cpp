@@ -3,6 +3,7 @@
 // Every kernel works on channels-first data; channels-last tensors are transposed on the
 // way in and out, which is exact. The windows (1-D to 3-D as 3-D) are in sliding_window.h.
 #include "ir/error.h"
+#include "ir/op_registry.h"
 #include "ir/ops/nn_params.h"
 #include "runtime/interpreter.h"
 #include "runtime/reference/gemm.h"
@@ -156,10 +157,11 @@ void register_conv_kernels() {
 
 Tensor apply_epilogue(const ir::Node& node, std::span<const Tensor> in, Tensor y) {
   const TensorType type = y.type();
-  const auto by_recipe = [&](const std::string& op, std::vector<Tensor> operands) {
+  const auto by_recipe = [&](const std::string& op, std::vector<Tensor> operands, ir::Attrs attrs = {}) {
     ir::Node n;
     n.op = op;
     n.name = node.name;
+    n.attrs = ir::complete_attrs(ir::OpRegistry::global().get(op), std::move(attrs));
     n.outputs = {type};
     return std::move(eval_recipe(n, operands, std::span<const TensorType>(&type, 1)).front());
   };
@@ -169,6 +171,12 @@ Tensor apply_epilogue(const ir::Node& node, std::span<const Tensor> in, Tensor y
     y = by_recipe("elemwise_add", {std::move(y), std::move(residual)});
   }
   if (node.attrs.get_string("act_type") == "relu") y = by_recipe("relu", {std::move(y)});
+  if (node.attrs.get_string("act_type") == "leaky") {
+    ir::Attrs leaky;
+    leaky.set("act_type", std::string("leaky"));
+    leaky.set("slope", node.attrs.get_float("slope"));
+    y = by_recipe("LeakyReLU", {std::move(y)}, std::move(leaky));
+  }
   return y;
 }
 
