@@ -44,6 +44,30 @@ TEST(FusionPlan, ElementwiseChainIsOneKernel) {
     CHECK-NOT: kernel 1)");
 }
 
+// A value rounded to bf16 and stored as bf16 is not rounded twice: the store narrows the
+// unrounded value; a reader inside the kernel still gets the rounded one.
+TEST(FusionPlan, AStoredValueIsRoundedByItsStoreAlone) {
+  ir::Graph g = ir::parse_graph(R"(graph {
+    %x = var input : bf16[64]
+    %a = amp_cast(%x) {dtype=f32}
+    %m = _mul_scalar(%a) {scalar=1.5}
+    %o = amp_cast(%m) {dtype=bf16}
+    %u = amp_cast(%o) {dtype=f32}
+    %v = _plus_scalar(%u) {scalar=0.25}
+    return %o, %v
+  })");
+  ir::infer_types(g);
+  const Executable exe = Executable::compile(g);
+  ASSERT_EQ(exe.kernel_specs().size(), 1u);
+  const codegen::KernelSpec& spec = *exe.kernel_specs()[0];
+  int roundings = 0;
+  for (const ir::ScalarInstr& s : spec.body.instrs) roundings += s.op == ir::ScalarOp::round_to;
+  EXPECT_EQ(roundings, 1) << ir::print_scalar_program(spec.body) << "(%v reads %o rounded; %o is stored unrounded)";
+  EXPECT_NE(spec.body.instrs.at(spec.body.results.at(0)).op, ir::ScalarOp::round_to) << ir::print_scalar_program(spec.body);
+  const fuzz::DifferentialResult r = fuzz::compare_fused_with_interpreter(g, 1, 0);
+  EXPECT_TRUE(r.ok) << r.message;
+}
+
 TEST(FusionPlan, CastThenTransposeIsOnePassWithPermutedStore) {
   const std::string p = plan_text(R"(graph {
     %x = var input : f32[2,3,4,5]

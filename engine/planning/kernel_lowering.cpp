@@ -183,7 +183,15 @@ LoweredKernel lower_kernel(const ir::Graph& g, const FusedKernel& k, const std::
     splice_nodes(b, inside, 0, k.nodes.size());
   }
   std::vector<ScalarBuilder::Val> stores;
-  for (size_t o = 0; o + data_outputs < k.outputs.size(); ++o) stores.push_back(inside.at(k.outputs[o].value));
+  for (size_t o = 0; o + data_outputs < k.outputs.size(); ++o) {
+    ScalarBuilder::Val v = inside.at(k.outputs[o].value);
+    // A value rounded to the dtype it is stored in is stored unrounded: the store narrows it
+    // to the same bits (narrowing an exactly representable value is exact), and the
+    // rounding and widening back, about ten vector instructions for bf16, stay for the
+    // readers inside the kernel, if any. (C8 with its last amp_cast rounded twice: 10-20 %.)
+    if (b.at(v).op == ir::ScalarOp::round_to && b.at(v).dtype == spec.outputs[o].dtype) v = b.at(v).a;
+    stores.push_back(v);
+  }
   spec.body = b.finish(stores);
 
   if (flag_nonfinite && row_kernel)
