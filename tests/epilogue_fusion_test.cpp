@@ -28,6 +28,14 @@ namespace {
 
 bool accept_all(const ir::Node&, std::span<const ir::TensorType>) { return true; }
 
+// What `ampfuse run` compiles for inference: constant weights, epilogues fused.
+engine::ExecutorOptions inference_with_epilogues() {
+  engine::ExecutorOptions opts;
+  opts.constant_params = true;
+  opts.fuse_epilogues = true;
+  return opts;
+}
+
 // A residual block's tail, darknet style: conv + residual, then LeakyReLU.
 constexpr const char* kConvAddLeaky = R"(graph {
   %x = var input : f32[2,4,9,9]
@@ -327,10 +335,7 @@ TEST(EpilogueFusion, ExecutorRunsAFeedForwardBlockWithPostOps) {
     return %z
   })";
   const ir::Graph g = parsed(text);
-  engine::ExecutorOptions opts;
-  opts.constant_params = true;
-  opts.fuse_epilogues = true;
-  const engine::Executable exe = engine::Executable::compile(g, opts);
+  const engine::Executable exe = engine::Executable::compile(g, inference_with_epilogues());
   EXPECT_EQ(exe.compile_stats().fused_epilogues, 1);
   EXPECT_EQ(count_op(exe.graph(), "_fused_fc"), 1);
   const runtime::Bindings vars = runtime::random_bindings(g, 11);
@@ -359,10 +364,7 @@ TEST(EpilogueFusion, ExecutorWritesOverTheDeadResidualAndMatchesTheInterpreter) 
     return %c4
   })";
   const ir::Graph g = parsed(text);
-  engine::ExecutorOptions opts;
-  opts.constant_params = true;
-  opts.fuse_epilogues = true;
-  const engine::Executable exe = engine::Executable::compile(g, opts);
+  const engine::Executable exe = engine::Executable::compile(g, inference_with_epilogues());
   EXPECT_EQ(exe.compile_stats().fused_epilogues, 3);
   EXPECT_EQ(count_op(exe.graph(), "Convolution"), 1);  // %c4: nothing after it
   for (const engine::PlanStep& step : exe.plan().steps) EXPECT_FALSE(std::holds_alternative<engine::FusedKernel>(step));
@@ -435,10 +437,7 @@ TEST(EpilogueFusion, NaNStaysNaN) {
     return %a1, %a2, %a3
   })";
   const ir::Graph g = parsed(text);
-  engine::ExecutorOptions opts;
-  opts.constant_params = true;
-  opts.fuse_epilogues = true;
-  const engine::Executable exe = engine::Executable::compile(g, opts);
+  const engine::Executable exe = engine::Executable::compile(g, inference_with_epilogues());
   EXPECT_EQ(exe.compile_stats().fused_epilogues, 1);
   runtime::Bindings vars = runtime::random_bindings(g, 11);
   vars.at("x").set_f64(3, std::nan(""));  // one pixel of channel 0: every output channel there
@@ -478,9 +477,7 @@ TEST(EpilogueFusion, ReluPostOpsWhenAskedTurnNaNIntoZero) {
   // The reference kernel of act_type "relu" is relu's: the same as the graph, NaN kept.
   EXPECT_EQ(relative_difference(original, g, 3), 0.0);
 
-  engine::ExecutorOptions opts;
-  opts.constant_params = true;
-  opts.fuse_epilogues = true;
+  engine::ExecutorOptions opts = inference_with_epilogues();
   opts.relu_post_ops = true;
   const engine::Executable exe = engine::Executable::compile(original, opts);
   EXPECT_EQ(exe.compile_stats().fused_epilogues, 2);
