@@ -13,11 +13,11 @@
 // form with a nonzero slope, which oneDNN computes bit for bit; relu only when asked
 // (`relu`), since its post-op turns NaN into 0 (MXNet's own oneDNN fusion does; by default
 // ampfuse keeps the graph's NaN and runs the relu in the fused kernel after the op); never
-// clip (relu6), whose post-op does the same. A link joins only when nothing
-// else reads the value before it (no other node, no graph output), the op is not
-// Deconvolution, and every value of the chain, the residual included, has the op's output
-// type (no broadcast, no cast). The fused node takes the last node's name and place (it computes that value),
-// so every operand is defined before it.
+// clip (relu6), whose post-op does the same. A link joins only when nothing else reads the
+// value before it (no other node, no graph output), the op is not Deconvolution, and every
+// value of the chain, the residual included, has the op's output type (no broadcast, no
+// cast). The fused node takes the last node's name and place (it computes that value), so
+// every operand is defined before it.
 //
 // The fused node rounds once where the graph rounded the op's output first: in bf16/f16 the
 // result differs by rounding (bit for bit the same in f32, where the graph's add is the same
