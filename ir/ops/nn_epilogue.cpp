@@ -6,9 +6,8 @@
 // f32, then the activation (act_type "leaky": LeakyReLU's, x > 0 ? x : slope * x; "relu":
 // relu's, which keeps NaN, while oneDNN's relu post-op turns NaN into 0, so that the pass
 // makes it only when asked: ExecutorOptions::relu_post_ops), rounded once to the output
-// dtype. Against the graph it
-// replaces, which rounds the op's output before the add, that differs by rounding only in
-// bf16/f16 and not at all in f32. Inputs: data, weight, bias (unless no_bias), residual
+// dtype. Against the graph it replaces, which rounds the op's output before the add, that
+// differs by rounding only in bf16/f16 and not at all in f32. Inputs: data, weight, bias (unless no_bias), residual
 // (with with_residual: the output's type exactly). Inference only: no gradient.
 #include "ir/ops/nn_ops.h"
 
