@@ -28,7 +28,8 @@ inline Tensor filled(TensorType t, uint64_t seed) {
 }
 
 // Runs `node` on `inputs` through oneDNN and the reference kernel and compares every output
-// element: |got - want| / (1 + |want|) <= tol. Returns the implementation oneDNN chose.
+// element: NaN where the reference has NaN, else |got - want| / (1 + |want|) <= tol.
+// Returns the implementation oneDNN chose.
 // `hot`: the implementation must not be one of oneDNN's slow reference ones.
 inline std::string compare_node(const ir::Node& node, const std::vector<Tensor>& inputs, double tol, bool hot = true) {
   std::vector<TensorType> in_types;
@@ -46,11 +47,17 @@ inline std::string compare_node(const ir::Node& node, const std::vector<Tensor>&
   (*ref)(node, inputs, want);
   for (size_t o = 0; o < got.size(); ++o) {
     double worst = 0;
+    int64_t nan_differs = 0;
     for (int64_t i = 0; i < got[o].size(); ++i) {
       const double a = got[o].get_f64(i), e = want[o].get_f64(i);
+      if (std::isnan(a) || std::isnan(e)) {
+        nan_differs += std::isnan(a) != std::isnan(e);
+        continue;
+      }
       worst = std::max(worst, std::fabs(a - e) / (1.0 + std::fabs(e)));
     }
     EXPECT_LE(worst, tol) << label << " output " << o;
+    EXPECT_EQ(nan_differs, 0) << label << " output " << o << ": elements NaN on one side only";
   }
   const std::string impl = onednn_impl_name(node, in_types);
   if (hot) {
