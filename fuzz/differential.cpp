@@ -164,7 +164,10 @@ DifferentialResult check_random_row_graph(uint64_t seed, bool* skipped, engine::
       return {};
     }
     opts.row_kernels = opts.fuse;  // (without fusion the row op runs on its reference kernel)
-    DifferentialResult r = compare_fused_with_interpreter(rg->graph, seed, 0, opts, rg->tolerance);
+    // Also one step of the stored dtype: two f32 results a hair apart may round to
+    // neighbouring f16 subnormals, whose step is far above the relative bound (seed 2007180:
+    // a softmax over 2^20 columns in f16, every output near 4e-7).
+    DifferentialResult r = compare_fused_with_interpreter(rg->graph, seed, 1, opts, rg->tolerance);
     if (r.ok && opts.fuse && r.row_kernels != 1) {
       r.ok = false;
       r.message = fmt::format("{} row kernels planned, 1 expected", r.row_kernels);

@@ -60,7 +60,7 @@ DifferentialResult check_random_graph(uint64_t seed, const engine::ExecutorOptio
 
 // random_row_graph(seed) (fuzz/random_graph.h) through compare_fused_with_interpreter with
 // row kernels on (where opts.fuse is), within the graph's tolerance of each output's
-// largest |value|; a plan without its row kernel fails. `skipped` is set for a seed that
+// largest |value| or one step of the output's dtype; a plan without its row kernel fails. `skipped` is set for a seed that
 // gives no row graph (a transcendental op, or no float output to append the row op to).
 DifferentialResult check_random_row_graph(uint64_t seed, bool* skipped, engine::ExecutorOptions opts = {});
 

@@ -49,8 +49,8 @@ struct RowGraph {
   ir::Graph graph;  // types inferred
   std::string row_op;
   ir::TensorType row_input;
-  // How far the row kernel may be from the reference kernel, relative to each output's
-  // largest |value|: one rounding of the row input's dtype (f32: summation order, 1e-5),
+  // How far the row kernel may be from the reference kernel (besides one step of the
+  // output's dtype, check_random_row_graph), relative to each output's largest |value|: one rounding of the row input's dtype (f32: summation order, 1e-5),
   // or for softmax the reference's own error, n * 2^-24 (it adds a row's exponentials
   // sequentially in f32; the row kernel in 64 lanes).
   double tolerance = 0;

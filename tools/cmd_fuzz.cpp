@@ -76,8 +76,9 @@ Command add_fuzz_command(CLI::App& parent) {
                 "exact graph and check its row kernel instead");
   cmd->footer("Exit status 1 when any graph fails. Exact graphs must match bit for bit; graphs with a\n"
               "transcendental op within 6 ulp of the output type (backward: within 64 steps of the coarsest\n"
-              "float type relative to the output's largest |value|; rows: within one rounding of the row\n"
-              "input's dtype, 1e-5 in f32, or n * 2^-24 for softmax over n columns, of that value).");
+              "float type relative to the output's largest |value|; rows: within one step of the output's dtype, or\n"
+              "one rounding of the row input's dtype, 1e-5 in f32, or n * 2^-24 for softmax over n columns, of that\n"
+              "value).");
   return {cmd, [o] { return run_fuzz(*o); }};
 }
 
