@@ -129,7 +129,9 @@ DifferentialResult compare_fused_with_interpreter(const ir::Graph& g, uint64_t s
     for (int64_t i = 0; i < want[k].size(); ++i) {
       if (same_element(want[k], got[k], i, ulps, epsilon, free_zero_sign)) continue;
       const double x = want[k].get_f64(i), y = got[k].get_f64(i);
-      if (of_largest > 0 && std::isfinite(x) && std::isfinite(y) && std::fabs(x - y) <= of_largest * largest) continue;
+      if (of_largest > 0 && std::isfinite(x) && std::isfinite(y) &&
+          (std::fabs(x - y) <= of_largest * largest || std::llabs(ordered_bits(want[k], i) - ordered_bits(got[k], i)) <= 1))
+        continue;
       r.ok = false;
       r.message = fmt::format("output {} ({}, {}) element {}: fused {} ({:#x}), interpreter {} ({:#x})", k,
                               g.output_name(k), ir::type_str(want[k].type()), i, got[k].get_f64(i),
@@ -164,10 +166,7 @@ DifferentialResult check_random_row_graph(uint64_t seed, bool* skipped, engine::
       return {};
     }
     opts.row_kernels = opts.fuse;  // (without fusion the row op runs on its reference kernel)
-    // Also one step of the stored dtype: two f32 results a hair apart may round to
-    // neighbouring f16 subnormals, whose step is far above the relative bound (seed 2007180:
-    // a softmax over 2^20 columns in f16, every output near 4e-7).
-    DifferentialResult r = compare_fused_with_interpreter(rg->graph, seed, 1, opts, rg->tolerance);
+    DifferentialResult r = compare_fused_with_interpreter(rg->graph, seed, 0, opts, rg->tolerance);
     if (r.ok && opts.fuse && r.row_kernels != 1) {
       r.ok = false;
       r.message = fmt::format("{} row kernels planned, 1 expected", r.row_kernels);

@@ -50,7 +50,10 @@ bool holds_min_max(const std::vector<const codegen::KernelSpec*>& specs);
 
 // Runs `g` (types inferred) on the interpreter and fused (Executable with `opts`) on the
 // same inputs (seeded by `seed`) and compares, exactly or within `ulps` when ulps > 0, or
-// (of_largest > 0) within that fraction of the output's largest finite |value|.
+// (of_largest > 0) within that fraction of the output's largest finite |value| or one step
+// of the output's dtype, which two results a hair apart may round to: where the output's
+// values are f16 subnormals, a step is far above any relative bound (row seed 2007180: a
+// softmax over 2^20 f16 columns, every output near 4e-7, one step 6e-8).
 DifferentialResult compare_fused_with_interpreter(const ir::Graph& g, uint64_t seed, int ulps,
                                                   const engine::ExecutorOptions& opts = {}, double of_largest = 0);
 
@@ -59,9 +62,9 @@ DifferentialResult compare_fused_with_interpreter(const ir::Graph& g, uint64_t s
 DifferentialResult check_random_graph(uint64_t seed, const engine::ExecutorOptions& opts = {});
 
 // random_row_graph(seed) (fuzz/random_graph.h) through compare_fused_with_interpreter with
-// row kernels on (where opts.fuse is), within the graph's tolerance of each output's
-// largest |value| or one step of the output's dtype; a plan without its row kernel fails. `skipped` is set for a seed that
-// gives no row graph (a transcendental op, or no float output to append the row op to).
+// row kernels on (where opts.fuse is), of_largest the graph's tolerance; a plan without its
+// row kernel fails. `skipped` is set for a seed that gives no row graph (a transcendental
+// op, or no float output to append the row op to).
 DifferentialResult check_random_row_graph(uint64_t seed, bool* skipped, engine::ExecutorOptions opts = {});
 
 // The same for the backward graph of random_fusable_graph(seed) with respect to its float

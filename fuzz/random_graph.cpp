@@ -375,6 +375,10 @@ RandomGraph random_fusable_graph(uint64_t seed) {
   return with_context(fmt::format("random graph {}", seed), [&] { return Generator(seed).run(); });
 }
 
+double row_rounding_tolerance(DType dtype) {
+  return dtype == DType::bf16 ? 0x1p-7 : dtype == DType::f16 ? 0x1p-10 : 1e-5;
+}
+
 std::optional<RowGraph> random_row_graph(uint64_t seed) {
   RandomGraph rg = random_fusable_graph(seed);
   if (rg.transcendental) return std::nullopt;
@@ -417,9 +421,8 @@ std::optional<RowGraph> random_row_graph(uint64_t seed) {
       row = add_op(r.row_op, {*v}, {{"axis", "(-1,)"}}, "row");
     g.outputs.insert(g.outputs.begin(), add_op("_mul_scalar", {row}, {{"scalar", "0.5"}}, "after"));
     ir::infer_types(g);
-    const double rounding = r.row_input.dtype == DType::bf16 ? 0x1p-7 : r.row_input.dtype == DType::f16 ? 0x1p-10 : 1e-5;
     const double reference_sum_error = r.row_op == "softmax" || r.row_op == "log_softmax" ? n * 0x1p-24 : 0;
-    r.tolerance = std::max(rounding, reference_sum_error);
+    r.tolerance = std::max(row_rounding_tolerance(r.row_input.dtype), reference_sum_error);
     r.graph = std::move(g);
     return std::optional<RowGraph>(std::move(r));
   });

@@ -49,12 +49,16 @@ struct RowGraph {
   ir::Graph graph;  // types inferred
   std::string row_op;
   ir::TensorType row_input;
-  // How far the row kernel may be from the reference kernel (besides one step of the
-  // output's dtype, check_random_row_graph), relative to each output's largest |value|: one rounding of the row input's dtype (f32: summation order, 1e-5),
-  // or for softmax the reference's own error, n * 2^-24 (it adds a row's exponentials
-  // sequentially in f32; the row kernel in 64 lanes).
+  // How far the row kernel may be from the reference kernel, relative to each output's
+  // largest |value|: row_rounding_tolerance of the row input's dtype, or for softmax the
+  // reference's own error, n * 2^-24 (it adds a row's exponentials sequentially in f32;
+  // the row kernel in 64 lanes).
   double tolerance = 0;
 };
 std::optional<RowGraph> random_row_graph(uint64_t seed);
+
+// One rounding of `dtype` (bf16 2^-7, f16 2^-10), or 1e-5 for f32's summation order: how
+// far a row kernel's output may be from the reference kernel's, relative to the largest.
+double row_rounding_tolerance(ir::DType dtype);
 
 }  // namespace ampfuse::fuzz

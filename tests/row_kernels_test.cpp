@@ -44,16 +44,6 @@ std::string plan_text(const engine::Executable& exe) { return engine::print_plan
   return device::same_outputs(runtime::interpret(g, vars), exe.run(vars), {.of_largest = rel});
 }
 
-// One rounding of the output type, relative to the output's largest value, plus f32's
-// summation-order slack.
-double tolerance(ir::DType out) {
-  switch (out) {
-    case ir::DType::bf16: return 0x1p-7;
-    case ir::DType::f16: return 0x1p-10;
-    default: return 1e-5;
-  }
-}
-
 TEST(RowKernels, SoftmaxTakesInItsCastsBiasAndDropout) {
   const ir::Graph g = parsed(R"(graph {
     %x = var input : bf16[2,4,16,33]
@@ -73,7 +63,8 @@ TEST(RowKernels, SoftmaxTakesInItsCastsBiasAndDropout) {
     CHECK: kernel 0 [2,4,16,33] nodes: %xf=amp_cast %scaled=_mul_scalar %biased=broadcast_add %sm=softmax %drop=Dropout %out=amp_cast  in: %x %mask(mapped)  out: %out
     CHECK-NOT: kernel 1
     CHECK-NOT: external)");
-  for (uint64_t seed : {1, 2}) EXPECT_TRUE(close_to_interpreter(g, exe, seed, tolerance(ir::DType::bf16))) << seed;
+  for (uint64_t seed : {1, 2})
+    EXPECT_TRUE(close_to_interpreter(g, exe, seed, fuzz::row_rounding_tolerance(ir::DType::bf16))) << seed;
   // Off by default; then softmax is an external op between two kernels.
   const engine::Executable plain = engine::Executable::compile(g);
   EXPECT_EQ(plain.compile_stats().row_kernels, 0);
@@ -96,7 +87,8 @@ TEST(RowKernels, LayerNormTakesInTheResidualAddAndTheCastAfterIt) {
   EXPECT_FILECHECK(plan_text(exe), R"(
     CHECK: kernel 0 [3,10,512] nodes: %sum=elemwise_add %ln=LayerNorm %c=amp_cast  in: %x %r %gamma(mapped) %beta(mapped)  out: %c
     CHECK-NOT: kernel 1)");
-  for (uint64_t seed : {3, 4}) EXPECT_TRUE(close_to_interpreter(g, exe, seed, tolerance(ir::DType::bf16))) << seed;
+  for (uint64_t seed : {3, 4})
+    EXPECT_TRUE(close_to_interpreter(g, exe, seed, fuzz::row_rounding_tolerance(ir::DType::bf16))) << seed;
 }
 
 // What keeps a neighbour out, and which nodes stay external; each negative case beside a
@@ -181,7 +173,7 @@ TEST(RowKernels, MatchTheInterpreterOverDtypesAndSizes) {
         EXPECT_EQ(exe.compile_stats().row_kernels, 1);
         // log_softmax's values are logs (|y| up to log of the row length and beyond): its
         // f32 sum and log round relative to those.
-        EXPECT_TRUE(close_to_interpreter(g, exe, 11, tolerance(out)));
+        EXPECT_TRUE(close_to_interpreter(g, exe, 11, fuzz::row_rounding_tolerance(out)));
       }
 }
 
