@@ -344,7 +344,7 @@ Command add_run_command(CLI::App& parent) {
                 "casts_final, casts_reused, params_offline, lp16_nodes, fp32_nodes} or null, plan: {fused, device, "
                 "kernels, fused_ops, external_ops, views, constant_steps, widened_external, folded_batchnorms, fused_epilogues, row_kernels, "
                 "ops_per_kernel, compilations, kernels_cold, kernels_disk, kernels_memory, compile_cold_ms, plan_from_disk, plan_ms, compile_cached_ms, arena_bytes, intermediate_bytes, "
-                "in_place, onednn_ops, host_round_trips, fallbacks, slow_external} or null, transfers: {uploads, "
+                "in_place, onednn_ops, guarded_steps, guards_by_scan, host_round_trips, fallbacks, slow_external} or null, transfers: {uploads, "
                 "upload_bytes, downloads, download_bytes} or null, outputs: [{name, shape, dtype, min, max, mean, "
                 "nonfinite}], backward: {gradients: [{name, shape, dtype, min, max, mean, l2_norm, nonfinite}], "
                 "head_grads, forward_ms, forward_kernels, forward_external_ops, saved_values, saved_bytes, "

@@ -120,6 +120,8 @@ PlanSummary summarize_plan(const engine::Executable& exe, bool fused, double col
   p.intermediate_bytes = cs.intermediate_bytes;
   p.in_place = cs.in_place;
   p.onednn_ops = cs.onednn_ops;
+  p.guarded_steps = cs.guarded_steps;
+  p.guards_by_scan = cs.guards_by_scan;
   p.host_round_trips = cs.host_round_trips;
   p.fallbacks = cs.fallbacks;
   p.slow_external = cs.slow_external;

@@ -206,6 +206,8 @@ nlohmann::json to_json(const RunReport& r) {
                  {"intermediate_bytes", p.intermediate_bytes},
                  {"in_place", p.in_place},
                  {"onednn_ops", p.onednn_ops},
+                 {"guarded_steps", p.guarded_steps},
+                 {"guards_by_scan", p.guards_by_scan},
                  {"host_round_trips", p.host_round_trips},
                  {"fallbacks", p.fallbacks},
                  {"slow_external", p.slow_external}};
@@ -282,6 +284,10 @@ std::string plan_text(const PlanSummary& p) {
   if (p.row_kernels > 0)
     out += fmt::format("         softmax, LayerNorm and last-axis reductions as generated row kernels with the kernels around them: {}\n",
                        p.row_kernels);
+  if (p.guarded_steps > 0)
+    out += fmt::format("         {} oneDNN ops (max pooling, softmax) run the reference kernel when their data holds NaN or "
+                       "Inf, known from the flags of the kernels writing it{}\n",
+                       p.guarded_steps, p.guards_by_scan > 0 ? fmt::format(" ({} by a scan of it)", p.guards_by_scan) : "");
   if (p.host_round_trips > 0)
     out += fmt::format("         {} host steps wait for values computed on the device\n", p.host_round_trips);
   out += fmt::format("memory:  {:.2f} MB arena for {:.2f} MB of intermediates", p.arena_bytes / 1e6,

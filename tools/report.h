@@ -97,6 +97,8 @@ struct PlanSummary {
   int64_t intermediate_bytes = 0;      // every intermediate's bytes added up (no reuse)
   int in_place = 0;                    // kernels writing over a dead input
   int onednn_ops = 0;                  // external ops through oneDNN (the rest: interpreter)
+  int guarded_steps = 0;               // of those, checked for NaN/Inf data first (CompileStats)
+  int guards_by_scan = 0;              // of those, by reading the data once more
   int host_round_trips = 0;            // on a GPU: host steps waiting for device values
   std::vector<std::string> fallbacks, slow_external;
 };

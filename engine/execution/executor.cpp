@@ -2,6 +2,7 @@
 
 #include "engine/plan_cache.h"
 #include "engine/planning/kernel_lowering.h"
+#include "engine/planning/row_fusion.h"
 #include "ir/dump.h"
 #include "ir/error.h"
 #include "runtime/device_api.h"
@@ -49,11 +50,110 @@ struct KernelStep {
   size_t flag_offset = 0;                             // its flags' index in the flag array
 };
 
+// How an external step whose oneDNN primitive differs from the reference kernel on
+// non-finite data (runtime::onednn_differs_on_nonfinite: max pooling, softmax) learns
+// whether its data is all finite; where it is not, the step runs the reference kernel.
+enum class FiniteGuard : uint8_t {
+  none,  // another op, no primitive, or max pooling of what relu post-ops made (no NaN)
+  flag,  // the fused kernels that write the data raise flags (ExternalStepInfo::guard_flags)
+  scan,  // the data is read once more before the primitive runs (another producer)
+};
+
 // An external step: oneDNN's primitive, or null for the interpreter.
 struct ExternalStepInfo {
   std::shared_ptr<const runtime::OnednnPrimitive> onednn;
   bool constant_weights = false;  // input 1 is a constant: oneDNN's reorder of it is kept
+  FiniteGuard guard = FiniteGuard::none;
+  // The steps that write the data, through views and Concat (plan_finite_guards): fused
+  // kernels, each flagging its output, and ops with a relu post-op (max pooling only).
+  std::vector<int64_t> guard_kernels, guard_relu_ops;
+  std::vector<size_t> guard_flags;  // FiniteGuard::flag: the kernels' flags in the flag array
 };
+
+bool ends_in_relu_post_op(const ir::Node& n) {
+  return (n.op == "_fused_conv" || n.op == "_fused_fc") && n.attrs.get_string("act_type") == "relu";
+}
+
+// Per external step whose primitive differs from the reference on non-finite data, the
+// steps that write its data, looking through views and Concat (squeezenet pools the
+// concatenation of two relus): a fused kernel other than a row kernel gets a flag over that
+// output (`guarded_outputs`: kernel step -> outputs to flag); before a max pooling, an op
+// with a relu post-op needs none where oneDNN runs it (no NaN comes out of it, and the
+// pooling takes +-Inf as the reference does). Any other writer, or a graph input, and the
+// data is scanned (FiniteGuard::scan). The rest is settled once the kernels are compiled
+// and the primitives made (Executable::compile).
+void plan_finite_guards(const ir::Graph& g, const Plan& plan, std::vector<ExternalStepInfo>& externals,
+                        std::map<size_t, std::vector<int>>& guarded_outputs) {
+  std::map<ValueRef, size_t> writer;
+  for (size_t s = 0; s < plan.steps.size(); ++s)
+    for (ValueRef v : step_writes(g, plan.steps[s])) writer[v] = s;
+  for (size_t s = 0; s < plan.steps.size(); ++s) {
+    const auto* e = std::get_if<ExternalStep>(&plan.steps[s]);
+    if (!e || !runtime::onednn_differs_on_nonfinite(g.nodes[e->node])) continue;
+    const bool pooling = g.nodes[e->node].op == "Pooling";
+    ExternalStepInfo& info = externals[s];
+    info.guard = FiniteGuard::flag;
+    std::vector<ValueRef> pending{g.nodes[e->node].inputs.at(0)};
+    while (!pending.empty() && info.guard == FiniteGuard::flag) {
+      const ValueRef data = pending.back();
+      pending.pop_back();
+      const auto w = writer.find(data);
+      if (w == writer.end()) {
+        info.guard = FiniteGuard::scan;  // a graph input
+        break;
+      }
+      const PlanStep& step = plan.steps[w->second];
+      const auto* k = std::get_if<FusedKernel>(&step);
+      const auto* x = std::get_if<ExternalStep>(&step);
+      if (const auto* view = std::get_if<ViewStep>(&step)) {
+        pending.push_back(g.nodes[view->node].inputs.at(0));
+      } else if (x && g.nodes[x->node].op == "Concat") {
+        pending.insert(pending.end(), g.nodes[x->node].inputs.begin(), g.nodes[x->node].inputs.end());
+      } else if (k && row_op_index(g, *k) == k->nodes.size()) {
+        const auto out = std::find_if(k->outputs.begin(), k->outputs.end(), [&](const KernelOperand& o) { return o.value == data; });
+        std::vector<int>& flagged = guarded_outputs[w->second];
+        const int o = static_cast<int>(out - k->outputs.begin());
+        if (std::find(flagged.begin(), flagged.end(), o) == flagged.end()) flagged.push_back(o);
+        info.guard_kernels.push_back(static_cast<int64_t>(w->second));
+      } else if (x && pooling && ends_in_relu_post_op(g.nodes[x->node])) {
+        info.guard_relu_ops.push_back(static_cast<int64_t>(w->second));
+      } else {
+        info.guard = FiniteGuard::scan;
+      }
+    }
+  }
+}
+
+// Whether every element of `t` (a float tensor in its own dense buffer) is finite. Where
+// the guard scans (FiniteGuard::scan), on the calling thread: that guard is for the rare
+// graphs whose pooling or softmax reads a graph input or a oneDNN op's output directly.
+bool all_finite(const Tensor& t) {
+  const int64_t n = ir::num_elements(t.type().shape);
+  switch (t.type().dtype) {
+    case ir::DType::f32: {
+      const auto* p = static_cast<const uint32_t*>(t.raw());
+      for (int64_t i = 0; i < n; ++i)
+        if ((p[i] & 0x7F800000u) == 0x7F800000u) return false;
+      return true;
+    }
+    case ir::DType::f64: {
+      const auto* p = static_cast<const uint64_t*>(t.raw());
+      for (int64_t i = 0; i < n; ++i)
+        if ((p[i] & 0x7FF0000000000000u) == 0x7FF0000000000000u) return false;
+      return true;
+    }
+    case ir::DType::bf16:
+    case ir::DType::f16: {
+      const uint16_t exponent = t.type().dtype == ir::DType::bf16 ? 0x7F80 : 0x7C00;
+      const auto* p = static_cast<const uint16_t*>(t.raw());
+      for (int64_t i = 0; i < n; ++i)
+        if ((p[i] & exponent) == exponent) return false;
+      return true;
+    }
+    default:
+      return true;
+  }
+}
 
 // Where each value is during a run: a host tensor (arena part, output buffer, the caller's
 // variable, a constant) and its device address. On the CPU both name the same bytes.
@@ -234,7 +334,8 @@ struct Executable::Impl {
   void execute(size_t s, ValueTable& t, Scratch& scratch, const ConstantSet* cs, DevicePtr flags, RunStats& rs) const;
   void launch(const KernelStep& k, const ValueTable& t, std::vector<DevicePtr>& data, DevicePtr flags) const;
   void run_on_interpreter(const KernelStep& k, ValueTable& t, RunStats& rs) const;
-  void run_external(size_t s, ValueTable& t, Scratch& scratch, const ConstantSet* cs) const;
+  void run_external(size_t s, ValueTable& t, Scratch& scratch, const ConstantSet* cs, DevicePtr flags,
+                    RunStats& rs) const;
   void copy(const Transfer& tr, ValueTable& t, RunStats& rs) const;
 
   int32_t id(ValueRef v) const { return memory.id(v); }
@@ -339,6 +440,10 @@ Executable Executable::compile(ir::Graph g, const ExecutorOptions& opts) {
   im.kernel_of_step.assign(steps, -1);
   im.externals.resize(steps);
   im.kernels.reserve(steps);
+  // Guards for the primitives that differ from the reference on non-finite data: the
+  // kernel that writes such a step's data gets a flag over that output.
+  std::map<size_t, std::vector<int>> guarded_outputs;
+  if (opts.use_onednn) plan_finite_guards(graph, im.plan, im.externals, guarded_outputs);
   std::vector<KernelStep*> to_compile;
   for (size_t s = 0; s < steps; ++s) {
     const PlanStep& step = im.plan.steps[s];
@@ -351,7 +456,10 @@ Executable Executable::compile(ir::Graph g, const ExecutorOptions& opts) {
       ks.empty = ir::num_elements(k->iteration) == 0;
       if (ks.empty) continue;
       try {
-        ks.lowered = lower_kernel(graph, *k, ks.name, opts.check_nonfinite);
+        const auto guarded = guarded_outputs.find(s);
+        ks.lowered = lower_kernel(graph, *k, ks.name, opts.check_nonfinite,
+                                  guarded == guarded_outputs.end() || opts.check_nonfinite ? std::vector<int>{}
+                                                                                          : guarded->second);
         to_compile.push_back(&ks);
       } catch (const Error& e) {
         fall_back(ks, e.what());
@@ -438,6 +546,32 @@ Executable Executable::compile(ir::Graph g, const ExecutorOptions& opts) {
       const ir::Node& node = graph.nodes[e->node];
       im.externals[s].constant_weights = node.inputs.size() > 1 && im.constant_node[node.inputs[1].node];
     }
+  }
+
+  // The guards settled, now that kernels have their flags and code, the primitives are made
+  // and the constant steps known (a constant kernel's flags are not the run's).
+  for (size_t s = 0; s < steps; ++s) {
+    ExternalStepInfo& info = im.externals[s];
+    if (!info.onednn) info.guard = FiniteGuard::none;
+    if (info.guard != FiniteGuard::flag) {
+      st.guarded_steps += info.guard == FiniteGuard::scan;
+      st.guards_by_scan += info.guard == FiniteGuard::scan;
+      continue;
+    }
+    for (int64_t p : info.guard_relu_ops)
+      if (!im.externals[p].onednn) info.guard = FiniteGuard::scan;  // the reference "post-op" keeps NaN
+    for (int64_t p : info.guard_kernels) {
+      const KernelStep& k = im.kernels[im.kernel_of_step[p]];
+      if (k.empty) continue;
+      if (!k.code || im.two_spaces || (im.constant_step[p] && !im.constant_step[s]))
+        info.guard = FiniteGuard::scan;
+      else
+        info.guard_flags.push_back(k.flag_offset + k.lowered.spec.flags.size() - 1);
+    }
+    if (info.guard == FiniteGuard::scan) info.guard_flags.clear();
+    if (info.guard == FiniteGuard::flag && info.guard_flags.empty()) info.guard = FiniteGuard::none;
+    st.guarded_steps += info.guard != FiniteGuard::none;
+    st.guards_by_scan += info.guard == FiniteGuard::scan;
   }
 
   // Where each step runs, then the memory plan.
@@ -626,7 +760,7 @@ std::shared_ptr<Executable::Impl::ConstantSet> Executable::Impl::constants_for(c
   }
   if (flag_count) {
     if (two_spaces) device->download(flag_values.data(), flags, flag_count * sizeof(int32_t));
-    cs->nonfinite = std::any_of(flag_values.begin(), flag_values.end(), [](int32_t f) { return f != 0; });
+    cs->nonfinite = opts.check_nonfinite && std::any_of(flag_values.begin(), flag_values.end(), [](int32_t f) { return f != 0; });
   }
   device->synchronize();
   constants = cs;
@@ -769,7 +903,8 @@ void Executable::Impl::run_on_interpreter(const KernelStep& k, ValueTable& t, Ru
   rs.allocations += runtime::tensor_buffer_allocations() - before;
 }
 
-void Executable::Impl::run_external(size_t s, ValueTable& t, Scratch& scratch, const ConstantSet* cs) const {
+void Executable::Impl::run_external(size_t s, ValueTable& t, Scratch& scratch, const ConstantSet* cs, DevicePtr flags,
+                                    RunStats& rs) const {
   const int32_t n = std::get<ExternalStep>(plan.steps[s]).node;
   const ir::Node& node = graph.nodes[n];
   // Copy-assigned into tensors kept between runs: no allocation once they are big enough.
@@ -779,8 +914,13 @@ void Executable::Impl::run_external(size_t s, ValueTable& t, Scratch& scratch, c
   for (size_t o = 0; o < node.outputs.size(); ++o) scratch.external_out[o] = t.host[id({n, static_cast<int32_t>(o)})];
   const std::span<const Tensor> in(scratch.external_in.data(), node.inputs.size());
   const std::span<Tensor> out(scratch.external_out.data(), node.outputs.size());
+  const ExternalStepInfo& info = externals[s];
+  bool finite = true;
+  if (info.guard == FiniteGuard::scan) finite = all_finite(in[0]);
+  for (size_t f : info.guard_flags) finite = finite && reinterpret_cast<const int32_t*>(flags)[f] == 0;
+  rs.reference_on_nonfinite += !finite;
   try {
-    if (const auto& prim = externals[s].onednn) {
+    if (const auto& prim = info.onednn; prim && finite) {
       runtime::OnednnWeightCache* weights = cs && cs->weights[s] ? cs->weights[s].get() : nullptr;
       runtime::onednn_execute(*prim, node, in, out, weights);
     } else {
@@ -803,7 +943,7 @@ void Executable::Impl::execute(size_t s, ValueTable& t, Scratch& scratch, const 
     else
       run_on_interpreter(k, t, rs);
   } else if (std::holds_alternative<ExternalStep>(step)) {
-    run_external(s, t, scratch, cs);
+    run_external(s, t, scratch, cs, flags, rs);
   } else {
     // A view: its root's bytes, bound when the root was (arena slots, per-run values).
     const int32_t v = id({std::get<ViewStep>(step).node, 0});
@@ -862,7 +1002,9 @@ void Executable::Impl::clear_flags(RunContext& ctx) const {
 }
 
 bool Executable::Impl::any_flag(RunContext& ctx) const {
-  if (flag_count == 0) return false;
+  // Without check_nonfinite the only flags are the guards', which RunStats::nonfinite does
+  // not report.
+  if (flag_count == 0 || !opts.check_nonfinite) return false;
   device->download(ctx.flag_values.data(), ctx.flags, flag_count * sizeof(int32_t));
   return std::any_of(ctx.flag_values.begin(), ctx.flag_values.end(), [](int32_t f) { return f != 0; });
 }

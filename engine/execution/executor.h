@@ -139,6 +139,13 @@ struct CompileStats {
   int kernels = 0;               // fused kernel steps
   int external_ops = 0;
   int onednn_ops = 0;            // of those, through oneDNN (the rest on the interpreter)
+  // Of those, the ones whose primitive differs from the reference kernel on NaN or +-Inf
+  // data (runtime::onednn_differs_on_nonfinite: max pooling, softmax), so that a run checks
+  // their data and runs the reference kernel where it is not all finite: through a flag that
+  // the fused kernel writing the data raises (free), else by reading the data once more.
+  // Not counted: max pooling of data a relu post-op wrote, which holds no NaN.
+  int guarded_steps = 0;
+  int guards_by_scan = 0;  // of those, the ones that read their data once more
   int views = 0;
   // External nodes oneDNN computes in f32 for want of bf16/f16 kernels here, rewritten with
   // explicit casts that fuse into the kernels around them (compute_in_f32).
@@ -209,6 +216,9 @@ struct RunStats {
   // Copies between the host and a GPU (0 on the CPU).
   int uploads = 0, downloads = 0;
   int64_t upload_bytes = 0, download_bytes = 0;
+  // oneDNN steps that ran on the reference kernel instead because their data held NaN or
+  // +-Inf, where the primitive would have given another result (CompileStats::guarded_steps).
+  int reference_on_nonfinite = 0;
 };
 
 class Executable;

@@ -59,7 +59,8 @@ std::vector<ScalarBuilder::Val> splice_recipe(ScalarBuilder& b, const ir::Node& 
 
 }  // namespace
 
-LoweredKernel lower_kernel(const ir::Graph& g, const FusedKernel& k, const std::string& name, bool flag_nonfinite) {
+LoweredKernel lower_kernel(const ir::Graph& g, const FusedKernel& k, const std::string& name, bool flag_nonfinite,
+                           const std::vector<int>& guarded_outputs) {
   const size_t rank = k.iteration.size();
   if (rank > static_cast<size_t>(codegen::kMaxRank))
     fail("kernel {}: iteration space {} has rank {}; generated kernels take at most {}", name,
@@ -195,7 +196,7 @@ LoweredKernel lower_kernel(const ir::Graph& g, const FusedKernel& k, const std::
   }
   spec.body = b.finish(stores);
 
-  if (flag_nonfinite && row_kernel)
+  if ((flag_nonfinite || !guarded_outputs.empty()) && row_kernel)
     fail("kernel {}: row kernels carry no non-finite flag; plan the row op as an external step", name);
   if (flag_nonfinite) {
     codegen::FlagSpec flag{"nonfinite", {}};
@@ -205,6 +206,15 @@ LoweredKernel lower_kernel(const ir::Graph& g, const FusedKernel& k, const std::
       if (is_float) flag.operands.push_back(static_cast<int>(i));
     }
     if (!flag.operands.empty()) spec.flags.push_back(std::move(flag));
+  }
+  if (!guarded_outputs.empty()) {
+    codegen::FlagSpec flag{"nonfinite_guarded", {}};
+    for (int o : guarded_outputs) {
+      if (o < 0 || o >= static_cast<int>(spec.outputs.size()))
+        fail("internal: kernel {} has no output {} to guard", name, o);
+      flag.operands.push_back(static_cast<int>(spec.inputs.size()) + o);
+    }
+    spec.flags.push_back(std::move(flag));
   }
   spec.validate();
   // Fewer, longer rows for the generated loops; a transpose's tiles span the whole plane.

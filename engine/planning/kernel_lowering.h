@@ -33,9 +33,12 @@ struct LoweredKernel {
 
 // Lowers kernel `k` of a plan of `g`. `name` names it in dumps and errors. With
 // `flag_nonfinite`, the spec carries one flag over every input and output: "some value the
-// kernel read or wrote is NaN or +-Inf". Throws ampfuse::Error when the kernel cannot be
-// expressed (rank above codegen::kMaxRank).
+// kernel read or wrote is NaN or +-Inf". With `guarded_outputs` (indices into k.outputs),
+// one more flag after it, over those outputs alone: the executor reads it before a oneDNN
+// primitive that differs from the reference on non-finite data reads them
+// (runtime::onednn_differs_on_nonfinite). Row kernels take neither flag. Throws
+// ampfuse::Error when the kernel cannot be expressed (rank above codegen::kMaxRank).
 LoweredKernel lower_kernel(const ir::Graph& g, const FusedKernel& k, const std::string& name,
-                           bool flag_nonfinite = false);
+                           bool flag_nonfinite = false, const std::vector<int>& guarded_outputs = {});
 
 }  // namespace ampfuse::engine

@@ -884,6 +884,12 @@ bool onednn_computes_in_f32(const Node& node, std::span<const TensorType> inputs
   return e->prepared && e->prepared->widened;
 }
 
+bool onednn_differs_on_nonfinite(const Node& node) {
+  // (An absent pool_type is MXNet's default, max.)
+  if (node.op == "Pooling") return !node.attrs.has("pool_type") || node.attrs.get_string("pool_type") == "max";
+  return node.op == "softmax";
+}
+
 struct OnednnPrimitive {
   std::shared_ptr<const Entry> entry;  // entry->prepared is set
   // For runs that go solo when `entry` is made for a team: the one-thread primitive, made on

@@ -50,6 +50,13 @@ std::string onednn_refusal(const ir::Node& node, std::span<const TensorType> inp
 // so that they fuse with the kernels around the node.
 bool onednn_computes_in_f32(const ir::Node& node, std::span<const TensorType> inputs);
 
+// Whether oneDNN 2.6's primitive for `node` may give another result than the reference
+// kernel where its data (input 0) holds NaN or +-Inf: max pooling gives a number for a
+// window holding NaN (the interpreter's max propagates it), softmax leaves a row holding
+// NaN NaN in only some of its elements. The executor guards such a node: where its data is
+// not all finite it runs the reference kernel instead (docs/ops.md, "NaN through oneDNN").
+bool onednn_differs_on_nonfinite(const ir::Node& node);
+
 // A convolution's weights in the (blocked) layout its primitive wants, kept by the caller
 // between runs of one node: the first onednn_execute with it reorders the weights it is
 // given and keeps them; later calls with the same weight buffer reuse them (from any thread);

@@ -1,0 +1,218 @@
+// The executor's guard for oneDNN primitives that differ from the reference kernel on
+// non-finite data (runtime::onednn_differs_on_nonfinite): oneDNN 2.6's max pooling gives a
+// number for a window holding NaN and its softmax leaves a NaN row partly NaN, where the
+// interpreter propagates NaN. A run checks such a step's data (a flag raised by the fused
+// kernel that writes it, or a scan of a graph input) and runs the reference kernel where
+// the data is not all finite; finite data keeps oneDNN. Each case: NaN positions as the
+// interpreter's, values as close as oneDNN's, and RunStats::reference_on_nonfinite telling
+// which path ran.
+#include "engine/execution/executor.h"
+
+#include "runtime/interpreter.h"
+#include "runtime/onednn/onednn_ops.h"
+#include "tests/graph_checks.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+namespace ampfuse::testing {
+namespace {
+
+// Runs `g` compiled with `opts` on `vars`; every element must be NaN where the
+// interpreter's is, and within `tolerance` of it elsewhere. Returns the run's stats.
+engine::RunStats expect_as_interpreter(const engine::Executable& exe, const ir::Graph& g,
+                                       const runtime::Bindings& vars, double tolerance = 1e-6) {
+  const std::vector<runtime::Tensor> want = runtime::interpret(g, vars);
+  engine::RunStats rs;
+  const std::vector<runtime::Tensor> got = exe.run(vars, &rs);
+  EXPECT_EQ(got.size(), want.size());
+  for (size_t k = 0; k < got.size() && k < want.size(); ++k)
+    for (int64_t i = 0; i < want[k].size(); ++i) {
+      const double w = want[k].get_f64(i), v = got[k].get_f64(i);
+      EXPECT_EQ(std::isnan(v), std::isnan(w)) << "output " << k << " element " << i << ": " << v << " against " << w;
+      if (!std::isnan(w) && v != w) {  // (+-Inf equal)
+        EXPECT_NEAR(v, w, tolerance) << "output " << k << " element " << i;
+      }
+    }
+  return rs;
+}
+
+int count_nan(const runtime::Tensor& t) {
+  int n = 0;
+  for (int64_t i = 0; i < t.size(); ++i) n += std::isnan(t.get_f64(i));
+  return n;
+}
+
+// A relu kernel writes the pooling's data: its flag guards the pooling. 3x3 windows of
+// stride 2 over 9x9 planes; one NaN sits in the windows of 4 outputs of its channel.
+constexpr const char* kReluMaxPool = R"(graph {
+  %x = var input : f32[2,16,9,9]
+  %r = relu(%x)
+  %p = Pooling(%r) {kernel=[3,3], stride=[2,2], pool_type="max"}
+  return %p
+})";
+
+TEST(NonfiniteGuard, OneDnnMaxPoolingDropsNaN) {
+  // Why the guard exists: oneDNN's own result for a window holding NaN is a number.
+  const ir::Graph g = parsed(kReluMaxPool);
+  runtime::Bindings vars = runtime::random_bindings(g, 5);
+  vars.at("x").set_f64(2 * 81 + 4 * 9 + 4, std::nan(""));  // batch 0, channel 2, (4, 4)
+  const runtime::Tensor relu_out = runtime::interpret(parsed(R"(graph {
+    %x = var input : f32[2,16,9,9]
+    %r = relu(%x)
+    return %r
+  })"), vars)[0];
+  const ir::Node& pool = g.nodes.back();
+  ASSERT_EQ(pool.op, "Pooling");
+  ASSERT_TRUE(runtime::onednn_differs_on_nonfinite(pool));
+  runtime::Tensor onednn_out(g.type(g.outputs[0]));
+  std::vector<runtime::Tensor> outs{onednn_out};
+  runtime::onednn_run(pool, std::vector<runtime::Tensor>{relu_out}, outs);
+  EXPECT_EQ(count_nan(runtime::interpret(g, vars)[0]), 4);
+  EXPECT_EQ(count_nan(outs[0]), 0) << "oneDNN keeps NaN through max pooling now: the guard may go";
+}
+
+TEST(NonfiniteGuard, MaxPoolingAfterAKernelKeepsNaN) {
+  const ir::Graph g = parsed(kReluMaxPool);
+  for (const char* layout : {"keep", "nhwc"}) {
+    SCOPED_TRACE(layout);
+    engine::ExecutorOptions opts;
+    opts.layout = layout;
+    const engine::Executable exe = engine::Executable::compile(g, opts);
+    EXPECT_EQ(exe.compile_stats().onednn_ops, 1);
+    EXPECT_EQ(exe.compile_stats().guarded_steps, 1);
+    EXPECT_EQ(exe.compile_stats().guards_by_scan, 0);
+    runtime::Bindings vars = runtime::random_bindings(g, 5);
+    EXPECT_EQ(expect_as_interpreter(exe, g, vars).reference_on_nonfinite, 0);  // finite: oneDNN
+    vars.at("x").set_f64(2 * 81 + 4 * 9 + 4, std::nan(""));
+    engine::RunStats rs = expect_as_interpreter(exe, g, vars);
+    EXPECT_EQ(rs.reference_on_nonfinite, 1);
+    EXPECT_FALSE(rs.nonfinite);  // the guard's flag is not check_nonfinite's report
+    // +-Inf raises the flag too (the reference kernel then runs; same values).
+    vars.at("x").set_f64(2 * 81 + 4 * 9 + 4, std::numeric_limits<double>::infinity());
+    EXPECT_EQ(expect_as_interpreter(exe, g, vars).reference_on_nonfinite, 1);
+    // The flag is cleared each run: finite data goes back to oneDNN.
+    vars.at("x").set_f64(2 * 81 + 4 * 9 + 4, 0.5);
+    EXPECT_EQ(expect_as_interpreter(exe, g, vars).reference_on_nonfinite, 0);
+  }
+}
+
+// squeezenet's fire modules: max pooling of the concatenation of two relu kernels' outputs.
+// The guard looks through the Concat to both kernels' flags.
+TEST(NonfiniteGuard, MaxPoolingOfAConcatOfKernelsReadsTheirFlags) {
+  const ir::Graph g = parsed(R"(graph {
+    %x = var input : f32[1,8,9,9]
+    %y = var input : f32[1,8,9,9]
+    %a = relu(%x)
+    %b = _mul_scalar(%y) {scalar=3}
+    %c = Concat(%a, %b) {dim=1, num_args=2}
+    %p = Pooling(%c) {kernel=[3,3], stride=[2,2], pool_type="max"}
+    return %p
+  })");
+  engine::ExecutorOptions opts;
+  opts.layout = "keep";
+  const engine::Executable exe = engine::Executable::compile(g, opts);
+  EXPECT_EQ(exe.compile_stats().guarded_steps, 1);
+  EXPECT_EQ(exe.compile_stats().guards_by_scan, 0);
+  for (const char* name : {"x", "y"}) {
+    runtime::Bindings vars = runtime::random_bindings(g, 4);
+    EXPECT_EQ(expect_as_interpreter(exe, g, vars).reference_on_nonfinite, 0);
+    vars.at(name).set_f64(5 * 81 + 40, std::nan(""));
+    EXPECT_EQ(expect_as_interpreter(exe, g, vars).reference_on_nonfinite, 1) << name;
+  }
+}
+
+TEST(NonfiniteGuard, MaxPoolingOfAGraphInputScansIt) {
+  const ir::Graph g = parsed(R"(graph {
+    %x = var input : bf16[1,8,7,7]
+    %p = Pooling(%x) {kernel=[2,2], stride=[2,2], pool_type="max", pooling_convention="full"}
+    return %p
+  })");
+  engine::ExecutorOptions opts;
+  opts.layout = "keep";
+  const engine::Executable exe = engine::Executable::compile(g, opts);
+  ASSERT_EQ(exe.compile_stats().onednn_ops, 1);
+  EXPECT_EQ(exe.compile_stats().guarded_steps, 1);
+  EXPECT_EQ(exe.compile_stats().guards_by_scan, 1);
+  runtime::Bindings vars = runtime::random_bindings(g, 3);
+  EXPECT_EQ(expect_as_interpreter(exe, g, vars, 0).reference_on_nonfinite, 0);
+  vars.at("x").set_f64(5 * 49 + 6 * 7 + 6, std::nan(""));  // the last pixel: a padded window of its own
+  EXPECT_EQ(expect_as_interpreter(exe, g, vars, 0).reference_on_nonfinite, 1);
+}
+
+TEST(NonfiniteGuard, AveragePoolingIsNotGuarded) {
+  const ir::Graph g = parsed(R"(graph {
+    %x = var input : f32[2,16,9,9]
+    %r = relu(%x)
+    %p = Pooling(%r) {kernel=[3,3], stride=[2,2], pool_type="avg"}
+    return %p
+  })");
+  const engine::Executable exe = engine::Executable::compile(g, {});
+  EXPECT_EQ(exe.compile_stats().onednn_ops, 1);
+  EXPECT_EQ(exe.compile_stats().guarded_steps, 0);
+  runtime::Bindings vars = runtime::random_bindings(g, 5);
+  vars.at("x").set_f64(7, std::nan(""));
+  EXPECT_EQ(expect_as_interpreter(exe, g, vars, 1e-6).reference_on_nonfinite, 0);  // oneDNN's average keeps NaN
+}
+
+// Where a relu post-op writes the pooling's data no NaN reaches it (ExecutorOptions::
+// relu_post_ops turned it into 0 already): nothing to guard, nothing to pay.
+TEST(NonfiniteGuard, MaxPoolingAfterAReluPostOpIsNotGuarded) {
+  const ir::Graph g = parsed(R"(graph {
+    %x = var input : f32[1,16,8,8]
+    %w = var param : f32[16,16,3,3]
+    %c = Convolution(%x, %w) {kernel=[3,3], num_filter=16, pad=[1,1], no_bias=true}
+    %a = relu(%c)
+    %p = Pooling(%a) {kernel=[2,2], stride=[2,2], pool_type="max"}
+    return %p
+  })");
+  engine::ExecutorOptions opts;
+  opts.constant_params = true;
+  opts.fuse_epilogues = true;
+  const engine::Executable exact = engine::Executable::compile(g, opts);
+  EXPECT_EQ(exact.compile_stats().fused_epilogues, 0);
+  EXPECT_EQ(exact.compile_stats().guarded_steps, 1);  // the relu kernel's flag
+  runtime::Bindings vars = runtime::random_bindings(g, 8);
+  vars.at("x").set_f64(9, std::nan(""));
+  EXPECT_EQ(expect_as_interpreter(exact, g, vars, 1e-5).reference_on_nonfinite, 1);
+
+  opts.relu_post_ops = true;
+  const engine::Executable fast = engine::Executable::compile(g, opts);
+  EXPECT_EQ(fast.compile_stats().fused_epilogues, 1);
+  EXPECT_EQ(fast.compile_stats().guarded_steps, 0);
+  engine::RunStats rs;
+  const std::vector<runtime::Tensor> got = fast.run(vars, &rs);
+  EXPECT_EQ(count_nan(got[0]), 0);  // MXNet's semantics, asked for
+  EXPECT_EQ(rs.reference_on_nonfinite, 0);
+}
+
+// softmax where oneDNN runs it (row kernels off, as in training compiles): a row holding
+// NaN must come out NaN everywhere, as the interpreter's.
+TEST(NonfiniteGuard, SoftmaxOnOneDnnKeepsANaNRowNaN) {
+  const ir::Graph g = parsed(R"(graph {
+    %x = var input : f32[4,37]
+    %y = _mul_scalar(%x) {scalar=2}
+    %s = softmax(%y) {axis=-1}
+    return %s
+  })");
+  for (bool check_nonfinite : {false, true}) {
+    SCOPED_TRACE(check_nonfinite ? "check_nonfinite" : "plain");
+    engine::ExecutorOptions opts;
+    opts.check_nonfinite = check_nonfinite;  // the kernel's own flag serves as the guard
+    const engine::Executable exe = engine::Executable::compile(g, opts);
+    ASSERT_EQ(exe.compile_stats().onednn_ops, 1);
+    EXPECT_EQ(exe.compile_stats().guarded_steps, 1);
+    runtime::Bindings vars = runtime::random_bindings(g, 2);
+    EXPECT_EQ(expect_as_interpreter(exe, g, vars).reference_on_nonfinite, 0);
+    vars.at("x").set_f64(37 + 5, std::nan(""));
+    const engine::RunStats rs = expect_as_interpreter(exe, g, vars);
+    EXPECT_EQ(rs.reference_on_nonfinite, 1);
+    EXPECT_EQ(rs.nonfinite, check_nonfinite);
+    EXPECT_EQ(count_nan(runtime::interpret(g, vars)[0]), 37);
+  }
+}
+
+}  // namespace
+}  // namespace ampfuse::testing
