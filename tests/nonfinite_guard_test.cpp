@@ -157,6 +157,27 @@ TEST(NonfiniteGuard, AveragePoolingIsNotGuarded) {
   EXPECT_EQ(expect_as_interpreter(exe, g, vars, 1e-6).reference_on_nonfinite, 0);  // oneDNN's average keeps NaN
 }
 
+// The max pooling gradient: the reference gives a window without a maximum (NaN) its
+// gradient at its last element; oneDNN recomputes the forward and routes it elsewhere.
+TEST(NonfiniteGuard, MaxPoolingGradientRoutesANaNWindowAsTheReference) {
+  const ir::Graph g = parsed(R"(graph {
+    %x = var input : f32[1,8,9,9]
+    %dy = var input : f32[1,8,4,4]
+    %r = relu(%x)
+    %g = _backward_Pooling(%r, %dy) {kernel=[3,3], stride=[2,2], pool_type="max"}
+    return %g
+  })");
+  engine::ExecutorOptions opts;
+  opts.layout = "keep";
+  const engine::Executable exe = engine::Executable::compile(g, opts);
+  ASSERT_EQ(exe.compile_stats().onednn_ops, 1);
+  EXPECT_EQ(exe.compile_stats().guarded_steps, 1);
+  runtime::Bindings vars = runtime::random_bindings(g, 6);
+  EXPECT_EQ(expect_as_interpreter(exe, g, vars).reference_on_nonfinite, 0);
+  vars.at("x").set_f64(3 * 81 + 2 * 9 + 2, std::nan(""));  // the window at (0, 0) of channel 3
+  EXPECT_EQ(expect_as_interpreter(exe, g, vars).reference_on_nonfinite, 1);
+}
+
 // Where a relu post-op writes the pooling's data no NaN reaches it (ExecutorOptions::
 // relu_post_ops turned it into 0 already): nothing to guard, nothing to pay.
 TEST(NonfiniteGuard, MaxPoolingAfterAReluPostOpIsNotGuarded) {

@@ -885,8 +885,10 @@ bool onednn_computes_in_f32(const Node& node, std::span<const TensorType> inputs
 }
 
 bool onednn_differs_on_nonfinite(const Node& node) {
-  // (An absent pool_type is MXNet's default, max.)
-  if (node.op == "Pooling") return !node.attrs.has("pool_type") || node.attrs.get_string("pool_type") == "max";
+  // (An absent pool_type is MXNet's default, max.) The gradient recomputes the forward to
+  // find each window's maximum, and so routes a NaN window's gradient elsewhere.
+  if (node.op == "Pooling" || node.op == "_backward_Pooling")
+    return !node.attrs.has("pool_type") || node.attrs.get_string("pool_type") == "max";
   return node.op == "softmax";
 }
 
