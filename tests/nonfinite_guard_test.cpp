@@ -7,14 +7,18 @@
 // interpreter's, values as close as oneDNN's, and RunStats::reference_on_nonfinite telling
 // which path ran.
 #include "engine/execution/executor.h"
+#include "engine/lower.h"
 
+#include "ir/mxnet_json.h"
 #include "runtime/interpreter.h"
 #include "runtime/onednn/onednn_ops.h"
 #include "tests/graph_checks.h"
+#include "tests/model_files.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
 #include <limits>
 
 namespace ampfuse::testing {
@@ -232,6 +236,49 @@ TEST(NonfiniteGuard, SoftmaxOnOneDnnKeepsANaNRowNaN) {
     EXPECT_EQ(rs.reference_on_nonfinite, 1);
     EXPECT_EQ(rs.nonfinite, check_nonfinite);
     EXPECT_EQ(count_nan(runtime::interpret(g, vars)[0]), 37);
+  }
+}
+
+// A whole model: one NaN pixel reaches every output of squeezenet in the interpreter
+// (convolutions spread it, relu and Concat keep it, max pooling propagates it, the global
+// average and the softmax take it everywhere). The executor, as `ampfuse run` compiles it
+// (weights constant, epilogues fused, row kernels), must agree in f32 and bf16; its three
+// max poolings used to turn the NaN into numbers, and every output was finite.
+TEST(NonfiniteGuard, SqueezenetKeepsANaNPixelAsTheInterpreter) {
+  const std::string path = models_dir() + "/squeezenet_v1.1-mms-legacy-symbol.json";
+  if (!std::filesystem::exists(path)) GTEST_SKIP() << "no model at " << path;
+  ir::MxnetImportOptions io;
+  io.input_shapes = {{"data", {1, 3, 64, 64}}};
+  ir::Graph g = ir::load_mxnet_json_file(path, io);
+  g.outputs.push_back(g.node(g.outputs[0]).inputs[0]);  // the logits, before SoftmaxOutput
+  runtime::Bindings vars = runtime::random_bindings(g, 7);
+  vars.at("data").set_f64(64 * 20 + 33, std::nan(""));
+  const std::vector<runtime::Tensor> want = runtime::interpret(g, vars);
+  ASSERT_EQ(want.size(), 2u);
+  EXPECT_EQ(count_nan(want[0]), want[0].size());
+  EXPECT_EQ(count_nan(want[1]), want[1].size());
+  for (const char* target : {"off", "bf16"}) {
+    SCOPED_TRACE(target);
+    ir::Graph run_graph = g;
+    if (std::string(target) == "bf16") {
+      engine::AmpOptions amp;
+      amp.target = ir::DType::bf16;
+      run_graph = engine::convert_for_amp(g, amp);
+    }
+    engine::ExecutorOptions opts;
+    opts.constant_params = true;
+    opts.fold_batchnorm = true;
+    opts.fuse_epilogues = true;
+    opts.row_kernels = true;
+    const engine::Executable exe = engine::Executable::compile(run_graph, opts);
+    EXPECT_EQ(exe.compile_stats().guarded_steps, 3);  // the three max poolings
+    EXPECT_EQ(exe.compile_stats().guards_by_scan, 0);
+    engine::RunStats rs;
+    const std::vector<runtime::Tensor> got = exe.run(vars, &rs);
+    ASSERT_EQ(got.size(), 2u);
+    EXPECT_EQ(count_nan(got[0]), got[0].size());
+    EXPECT_EQ(count_nan(got[1]), got[1].size());
+    EXPECT_GE(rs.reference_on_nonfinite, 1);
   }
 }
 
