@@ -124,34 +124,32 @@ void plan_finite_guards(const ir::Graph& g, const Plan& plan, std::vector<Extern
   }
 }
 
+// Whether no element of p[0, n) has an exponent of all ones (NaN or +-Inf), checked a
+// block at a time without a branch per element, so that the compiler vectorizes it.
+template <class Bits>
+bool exponents_finite(const Bits* p, int64_t n, Bits exponent) {
+  constexpr int64_t kBlock = 4096;
+  for (int64_t i = 0; i < n; i += kBlock) {
+    const int64_t end = std::min(n, i + kBlock);
+    bool nonfinite = false;
+    for (int64_t j = i; j < end; ++j) nonfinite |= (p[j] & exponent) == exponent;
+    if (nonfinite) return false;
+  }
+  return true;
+}
+
 // Whether every element of `t` (a float tensor in its own dense buffer) is finite. Where
 // the guard scans (FiniteGuard::scan), on the calling thread: that guard is for the rare
 // graphs whose pooling or softmax reads a graph input or a oneDNN op's output directly.
 bool all_finite(const Tensor& t) {
   const int64_t n = ir::num_elements(t.type().shape);
   switch (t.type().dtype) {
-    case ir::DType::f32: {
-      const auto* p = static_cast<const uint32_t*>(t.raw());
-      for (int64_t i = 0; i < n; ++i)
-        if ((p[i] & 0x7F800000u) == 0x7F800000u) return false;
-      return true;
-    }
-    case ir::DType::f64: {
-      const auto* p = static_cast<const uint64_t*>(t.raw());
-      for (int64_t i = 0; i < n; ++i)
-        if ((p[i] & 0x7FF0000000000000u) == 0x7FF0000000000000u) return false;
-      return true;
-    }
-    case ir::DType::bf16:
-    case ir::DType::f16: {
-      const uint16_t exponent = t.type().dtype == ir::DType::bf16 ? 0x7F80 : 0x7C00;
-      const auto* p = static_cast<const uint16_t*>(t.raw());
-      for (int64_t i = 0; i < n; ++i)
-        if ((p[i] & exponent) == exponent) return false;
-      return true;
-    }
-    default:
-      return true;
+    case ir::DType::f32: return exponents_finite(static_cast<const uint32_t*>(t.raw()), n, uint32_t{0x7F800000u});
+    case ir::DType::f64:
+      return exponents_finite(static_cast<const uint64_t*>(t.raw()), n, uint64_t{0x7FF0000000000000u});
+    case ir::DType::bf16: return exponents_finite(static_cast<const uint16_t*>(t.raw()), n, uint16_t{0x7F80});
+    case ir::DType::f16: return exponents_finite(static_cast<const uint16_t*>(t.raw()), n, uint16_t{0x7C00});
+    default: return true;
   }
 }
 
