@@ -45,6 +45,27 @@ engine::RunStats expect_as_interpreter(const engine::Executable& exe, const ir::
   return rs;
 }
 
+// `g` compiled with the model's own layout, its guards counted: `guarded` steps, of which
+// `by_scan` read their data once more.
+engine::Executable compiled_with_guards(const ir::Graph& g, int guarded, int by_scan) {
+  engine::ExecutorOptions opts;
+  opts.layout = "keep";
+  engine::Executable exe = engine::Executable::compile(g, opts);
+  EXPECT_EQ(exe.compile_stats().guarded_steps, guarded);
+  EXPECT_EQ(exe.compile_stats().guards_by_scan, by_scan);
+  return exe;
+}
+
+// Finite data runs every guarded step on oneDNN; with element `at` of variable `var` NaN,
+// one step takes its reference kernel. Both runs as the interpreter's.
+void expect_reference_only_for_nan(const engine::Executable& exe, const ir::Graph& g, uint64_t seed, const char* var,
+                                   int64_t at, double tolerance = 1e-6) {
+  runtime::Bindings vars = runtime::random_bindings(g, seed);
+  EXPECT_EQ(expect_as_interpreter(exe, g, vars, tolerance).reference_on_nonfinite, 0) << "finite data";
+  vars.at(var).set_f64(at, std::nan(""));
+  EXPECT_EQ(expect_as_interpreter(exe, g, vars, tolerance).reference_on_nonfinite, 1) << "NaN in " << var;
+}
+
 int count_nan(const runtime::Tensor& t) {
   int n = 0;
   for (int64_t i = 0; i < t.size(); ++i) n += std::isnan(t.get_f64(i));
@@ -97,17 +118,8 @@ TEST(NonfiniteGuard, MaxPoolingOfAConcatOfKernelsReadsTheirFlags) {
     %p = Pooling(%c) {kernel=[3,3], stride=[2,2], pool_type="max"}
     return %p
   })");
-  engine::ExecutorOptions opts;
-  opts.layout = "keep";
-  const engine::Executable exe = engine::Executable::compile(g, opts);
-  EXPECT_EQ(exe.compile_stats().guarded_steps, 1);
-  EXPECT_EQ(exe.compile_stats().guards_by_scan, 0);
-  for (const char* name : {"x", "y"}) {
-    runtime::Bindings vars = runtime::random_bindings(g, 4);
-    EXPECT_EQ(expect_as_interpreter(exe, g, vars).reference_on_nonfinite, 0);
-    vars.at(name).set_f64(5 * 81 + 40, std::nan(""));
-    EXPECT_EQ(expect_as_interpreter(exe, g, vars).reference_on_nonfinite, 1) << name;
-  }
+  const engine::Executable exe = compiled_with_guards(g, 1, 0);
+  for (const char* name : {"x", "y"}) expect_reference_only_for_nan(exe, g, 4, name, 5 * 81 + 40);
 }
 
 // f32 (which oneDNN pools natively on every CPU; bf16 data it computes in f32 on CPUs
@@ -119,16 +131,9 @@ TEST(NonfiniteGuard, MaxPoolingOfAGraphInputScansIt) {
     %p = Pooling(%x) {kernel=[2,2], stride=[2,2], pool_type="max", pooling_convention="full"}
     return %p
   })");
-  engine::ExecutorOptions opts;
-  opts.layout = "keep";
-  const engine::Executable exe = engine::Executable::compile(g, opts);
+  const engine::Executable exe = compiled_with_guards(g, 1, 1);
   ASSERT_EQ(exe.compile_stats().onednn_ops, 1);
-  EXPECT_EQ(exe.compile_stats().guarded_steps, 1);
-  EXPECT_EQ(exe.compile_stats().guards_by_scan, 1);
-  runtime::Bindings vars = runtime::random_bindings(g, 3);
-  EXPECT_EQ(expect_as_interpreter(exe, g, vars, 0).reference_on_nonfinite, 0);
-  vars.at("x").set_f64(8 * 33 * 33 - 1, std::nan(""));  // the last pixel: a padded window of its own
-  EXPECT_EQ(expect_as_interpreter(exe, g, vars, 0).reference_on_nonfinite, 1);
+  expect_reference_only_for_nan(exe, g, 3, "x", 8 * 33 * 33 - 1, 0);  // the last pixel: a padded window of its own
 }
 
 TEST(NonfiniteGuard, AveragePoolingIsNotGuarded) {
@@ -156,15 +161,9 @@ TEST(NonfiniteGuard, MaxPoolingGradientRoutesANaNWindowAsTheReference) {
     %g = _backward_Pooling(%r, %dy) {kernel=[3,3], stride=[2,2], pool_type="max"}
     return %g
   })");
-  engine::ExecutorOptions opts;
-  opts.layout = "keep";
-  const engine::Executable exe = engine::Executable::compile(g, opts);
+  const engine::Executable exe = compiled_with_guards(g, 1, 0);
   ASSERT_EQ(exe.compile_stats().onednn_ops, 1);
-  EXPECT_EQ(exe.compile_stats().guarded_steps, 1);
-  runtime::Bindings vars = runtime::random_bindings(g, 6);
-  EXPECT_EQ(expect_as_interpreter(exe, g, vars).reference_on_nonfinite, 0);
-  vars.at("x").set_f64(3 * 81 + 2 * 9 + 2, std::nan(""));  // the window at (0, 0) of channel 3
-  EXPECT_EQ(expect_as_interpreter(exe, g, vars).reference_on_nonfinite, 1);
+  expect_reference_only_for_nan(exe, g, 6, "x", 3 * 81 + 2 * 9 + 2);  // the window at (0, 0) of channel 3
 }
 
 // Where a relu post-op writes the pooling's data no NaN reaches it (ExecutorOptions::
