@@ -109,6 +109,28 @@ TEST(CliRun, InputsFromNpyAndBatchFromShape) {
                      "variable 'data' is bound to f32[2,3,32,32] but the graph needs f32[1,3,32,32]");
 }
 
+// NaN in the data reaches the output as in the interpreter: the default model's guarded
+// oneDNN step (docs/ops.md, "NaN through oneDNN") runs its reference kernel in every timed run,
+// and the report says so; finite data keeps oneDNN.
+TEST(CliRun, NaNInputRunsTheGuardedStepsOnTheReferenceKernel) {
+  testing::ScopedTempDir dir;
+  runtime::Tensor data = runtime::Tensor::zeros({ir::DType::f32, {1, 3, 32, 32}});
+  runtime::write_npy(dir.file("finite.npy"), data);
+  data.set_f64(5 * 32 + 7, std::nan(""));
+  runtime::write_npy(dir.file("nan.npy"), data);
+  const CliResult finite = run_cli(fmt::format("run --json --repeat 3 --inputs data='{}'", dir.file("finite.npy")));
+  ASSERT_EQ(finite.status, 0) << finite.err;
+  EXPECT_GE(parse_json(finite)["plan"]["guarded_steps"], 1);
+  EXPECT_EQ(parse_json(finite)["nonfinite_reference_runs"], 0);
+  const CliResult nan = run_cli(fmt::format("run --json --repeat 3 --inputs data='{}'", dir.file("nan.npy")));
+  ASSERT_EQ(nan.status, 0) << nan.err;
+  const nlohmann::json j = parse_json(nan);
+  EXPECT_EQ(j["nonfinite_reference_runs"], 3);
+  EXPECT_EQ(j["outputs"][0]["nonfinite"], 10);  // the softmax of a NaN row: NaN everywhere
+  const CliResult text = run_cli(fmt::format("run --repeat 3 --inputs data='{}'", dir.file("nan.npy")));
+  EXPECT_NE(text.out.find("3 of them ran max pooling or softmax on the reference kernel"), std::string::npos) << text.out;
+}
+
 TEST(CliRun, HumanReportShowsOutputsAndSavedFiles) {
   testing::ScopedTempDir dir;
   const CliResult r = run_cli(fmt::format("run --save-outputs '{}'", dir.path().string()));

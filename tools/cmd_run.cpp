@@ -221,6 +221,7 @@ int run_model(const RunOptions& o) {
     std::tie(r.run_ms, outputs) = timed_runs(o.repeat, [&] {
       auto out = exe.run(run_vars, &rs);
       r.solo_runs += rs.solo ? 1 : 0;
+      r.nonfinite_reference_runs += rs.reference_on_nonfinite > 0 ? 1 : 0;
       return out;
     });
     r.transfers = TransferSummary{rs.uploads, rs.downloads, rs.upload_bytes, rs.download_bytes};
@@ -339,7 +340,7 @@ Command add_run_command(CLI::App& parent) {
   cmd->add_flag("--no-baseline", o->no_baseline,
                 "Skip the f32 unfused baseline run (no speed-up and no error in the report)");
   cmd->add_flag("--json", o->json,
-                "Print one JSON object {model, nodes, op_nodes, ops, engine, seed, runs, run_ms, solo_runs, first_run_ms, "
+                "Print one JSON object {model, nodes, op_nodes, ops, engine, seed, runs, run_ms, solo_runs, nonfinite_reference_runs, first_run_ms, "
                 "baseline_f32_unfused_ms, max_abs_error, max_rel_error, amp: {target, casts_inserted, casts_removed, "
                 "casts_final, casts_reused, params_offline, lp16_nodes, fp32_nodes} or null, plan: {fused, device, "
                 "kernels, fused_ops, external_ops, views, constant_steps, widened_external, folded_batchnorms, fused_epilogues, row_kernels, "

@@ -166,6 +166,7 @@ nlohmann::json to_json(const RunReport& r) {
   j["runs"] = r.runs;
   j["run_ms"] = r.run_ms;
   j["solo_runs"] = r.solo_runs;
+  j["nonfinite_reference_runs"] = r.nonfinite_reference_runs;
   j["first_run_ms"] = r.first_run_ms ? nlohmann::json(*r.first_run_ms) : nlohmann::json(nullptr);
   j["baseline_f32_unfused_ms"] = optional_number(r.baseline_ms);
   j["max_abs_error"] = optional_number(r.max_abs_error);
@@ -325,6 +326,9 @@ std::string to_text(const RunReport& r) {
   if (r.first_run_ms) out += fmt::format(" after a first run of {:.3f} ms", *r.first_run_ms);
   if (r.solo_runs > 0)
     out += fmt::format("; {} of them solo, after teams of threads waited for cores", r.solo_runs);
+  if (r.nonfinite_reference_runs > 0)
+    out += fmt::format("; {} of them ran max pooling or softmax on the reference kernel, their data holding NaN or Inf",
+                       r.nonfinite_reference_runs);
   out += ")";
   if (r.baseline_ms)
     out += fmt::format("; f32 unfused {:.3f} ms; speed-up {:.2f}x", *r.baseline_ms, *r.baseline_ms / std::max(r.run_ms, 1e-9));

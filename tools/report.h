@@ -120,6 +120,9 @@ struct RunReport {
   // Of the timed runs, those that went solo because their teams of threads waited for cores
   // (runtime/team_policy.h).
   int solo_runs = 0;
+  // Of the timed runs, those in which a guarded oneDNN step (max pooling, softmax) ran its
+  // reference kernel, its data holding NaN or +-Inf (RunStats::reference_on_nonfinite).
+  int nonfinite_reference_runs = 0;
   // The first run of the compiled graph (it also computes what depends on the weights
   // alone); nullopt for --interpreter.
   std::optional<double> first_run_ms;
