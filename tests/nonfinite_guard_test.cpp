@@ -11,6 +11,7 @@
 #include "engine/lower.h"
 
 #include "ir/mxnet_json.h"
+#include "runtime/device_api.h"
 #include "runtime/interpreter.h"
 #include "runtime/onednn/onednn_ops.h"
 #include "tests/graph_checks.h"
@@ -108,6 +109,19 @@ TEST(NonfiniteGuard, MaxPoolingAfterAKernelKeepsNaN) {
 
 // squeezenet's fire modules: max pooling of the concatenation of two relu kernels' outputs.
 // The guard looks through the Concat to both kernels' flags.
+// On a device whose memory is not the host's (the emulated GPU: the kernels' flags live in
+// device memory), the host scans the data it downloads for the oneDNN step.
+TEST(NonfiniteGuard, OnASeparateMemoryTheHostScans) {
+  const ir::Graph g = parsed(kReluMaxPool);
+  runtime::EmulatedDevice device;
+  engine::ExecutorOptions opts;
+  opts.device = &device;
+  const engine::Executable exe = engine::Executable::compile(g, opts);
+  EXPECT_EQ(exe.compile_stats().guarded_steps, 1);
+  EXPECT_EQ(exe.compile_stats().guards_by_scan, 1);
+  expect_reference_only_for_nan(exe, g, 5, "x", 2 * 81 + 4 * 9 + 4);
+}
+
 TEST(NonfiniteGuard, MaxPoolingOfAConcatOfKernelsReadsTheirFlags) {
   const ir::Graph g = parsed(R"(graph {
     %x = var input : f32[1,8,9,9]
