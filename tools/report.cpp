@@ -286,7 +286,7 @@ std::string plan_text(const PlanSummary& p) {
     out += fmt::format("         softmax, LayerNorm and last-axis reductions as generated row kernels with the kernels around them: {}\n",
                        p.row_kernels);
   if (p.guarded_steps > 0)
-    out += fmt::format("         {} oneDNN ops (max pooling, softmax) run the reference kernel when their data holds NaN or "
+    out += fmt::format("         {} oneDNN ops (max pooling and its gradient, softmax) run the reference kernel when their data holds NaN or "
                        "Inf, known from the flags of the kernels writing it{}\n",
                        p.guarded_steps, p.guards_by_scan > 0 ? fmt::format(" ({} by a scan of it)", p.guards_by_scan) : "");
   if (p.host_round_trips > 0)

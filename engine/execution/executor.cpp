@@ -51,7 +51,8 @@ struct KernelStep {
 };
 
 // How an external step whose oneDNN primitive differs from the reference kernel on
-// non-finite data (runtime::onednn_differs_on_nonfinite: max pooling, softmax) learns
+// non-finite data (runtime::onednn_differs_on_nonfinite: max pooling and its gradient,
+// softmax) learns
 // whether its data is all finite; where it is not, the step runs the reference kernel.
 enum class FiniteGuard : uint8_t {
   none,  // another op, no primitive, or max pooling of what relu post-ops made (no NaN)

@@ -140,10 +140,10 @@ struct CompileStats {
   int external_ops = 0;
   int onednn_ops = 0;            // of those, through oneDNN (the rest on the interpreter)
   // Of those, the ones whose primitive differs from the reference kernel on NaN or +-Inf
-  // data (runtime::onednn_differs_on_nonfinite: max pooling, softmax), so that a run checks
-  // their data and runs the reference kernel where it is not all finite: through a flag that
-  // the fused kernel writing the data raises (free), else by reading the data once more.
-  // Not counted: max pooling of data a relu post-op wrote, which holds no NaN.
+  // data (runtime::onednn_differs_on_nonfinite: max pooling and its gradient, softmax), so
+  // that a run checks their data and runs the reference kernel where it is not all finite:
+  // through a flag that the fused kernel writing the data raises (free), else by reading the
+  // data once more. Not counted: max pooling of data a relu post-op wrote (no NaN there).
   int guarded_steps = 0;
   int guards_by_scan = 0;  // of those, the ones that read their data once more
   int views = 0;

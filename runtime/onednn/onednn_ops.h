@@ -53,9 +53,10 @@ bool onednn_computes_in_f32(const ir::Node& node, std::span<const TensorType> in
 // Whether oneDNN 2.6's primitive for `node` may give another result than the reference
 // kernel where its data (input 0) holds NaN or +-Inf: max pooling gives a number for a
 // window holding NaN (the interpreter's max propagates it) and its gradient gives that
-// window's gradient to another element than the reference's (its last), softmax leaves a
-// row holding NaN NaN in only some of its elements. The executor guards such a node: where its data is
-// not all finite it runs the reference kernel instead (docs/ops.md, "NaN through oneDNN").
+// window's gradient to another element than the reference's (its last); softmax leaves a
+// row holding NaN NaN in only some of its elements. The executor guards such a node: where
+// its data is not all finite it runs the reference kernel instead (docs/ops.md, "NaN
+// through oneDNN").
 bool onednn_differs_on_nonfinite(const ir::Node& node);
 
 // A convolution's weights in the (blocked) layout its primitive wants, kept by the caller
