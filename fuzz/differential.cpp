@@ -157,19 +157,26 @@ DifferentialResult check_random_graph(uint64_t seed, const engine::ExecutorOptio
   }
 }
 
-DifferentialResult check_random_row_graph(uint64_t seed, bool* skipped, engine::ExecutorOptions opts) {
+DifferentialResult check_random_row_graph(uint64_t seed, bool* skipped, engine::ExecutorOptions opts, bool external) {
   *skipped = false;
   try {
     const std::optional<RowGraph> rg = random_row_graph(seed);
+    // External: oneDNN's LayerNorm, sum and mean add their statistics in f32, which
+    // overflow on the values planted near f32's largest (-3e38) where the reference's f64
+    // ones do not (docs/ops.md, "NaN through oneDNN"): those row ops are left out.
+    if (rg && external && (rg->row_op == "LayerNorm" || rg->row_op == "sum" || rg->row_op == "mean")) {
+      *skipped = true;
+      return {};
+    }
     if (!rg) {
       *skipped = true;
       return {};
     }
-    opts.row_kernels = opts.fuse;  // (without fusion the row op runs on its reference kernel)
+    opts.row_kernels = opts.fuse && !external;  // (without fusion the row op runs on its reference kernel)
     DifferentialResult r = compare_fused_with_interpreter(rg->graph, seed, 0, opts, rg->tolerance);
-    if (r.ok && opts.fuse && r.row_kernels != 1) {
+    if (r.ok && r.row_kernels != (opts.row_kernels ? 1 : 0)) {
       r.ok = false;
-      r.message = fmt::format("{} row kernels planned, 1 expected", r.row_kernels);
+      r.message = fmt::format("{} row kernels planned, {} expected", r.row_kernels, opts.row_kernels ? 1 : 0);
     }
     if (!r.ok)
       r.message = fmt::format("row seed {} ({} of {}): {}\n{}", seed, rg->row_op, ir::type_str(rg->row_input), r.message,

@@ -64,8 +64,13 @@ DifferentialResult check_random_graph(uint64_t seed, const engine::ExecutorOptio
 // random_row_graph(seed) (fuzz/random_graph.h) through compare_fused_with_interpreter with
 // row kernels on (where opts.fuse is), of_largest the graph's tolerance; a plan without its
 // row kernel fails. `skipped` is set for a seed that gives no row graph (a transcendental
-// op, or no float output to append the row op to).
-DifferentialResult check_random_row_graph(uint64_t seed, bool* skipped, engine::ExecutorOptions opts = {});
+// op, or no float output to append the row op to). With `external`, row kernels off: the
+// row op runs as an external step (oneDNN's softmax, behind the executor's guard; the
+// reference kernels of log_softmax and max) on the same data, NaN and Inf planted;
+// LayerNorm, sum and mean, whose oneDNN statistics overflow in f32 on the planted -3e38,
+// are skipped.
+DifferentialResult check_random_row_graph(uint64_t seed, bool* skipped, engine::ExecutorOptions opts = {},
+                                          bool external = false);
 
 // The same for the backward graph of random_fusable_graph(seed) with respect to its float
 // inputs (engine/passes/autodiff.h; head gradients are inputs with planted values too):

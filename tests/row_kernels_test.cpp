@@ -245,6 +245,23 @@ TEST(RowKernels, RandomGraphsWithARowOpAppended) {
   EXPECT_GE(merged, 10);  // neighbours joined in many of them
 }
 
+// The same graphs with the row op as an external step (`ampfuse fuzz --rows --external-rows`):
+// oneDNN's softmax (behind its guard, docs/ops.md "NaN through oneDNN"), log_softmax's and
+// max's reference kernels, after random producers, on data with NaN and Inf planted. (These
+// seeds, and 3000 more, also pass without the guard: its own tests are
+// tests/nonfinite_guard_test.cpp.)
+TEST(RowKernels, RandomGraphsWithTheRowOpExternal) {
+  int checked = 0;
+  for (uint64_t seed = 1; seed <= 240; ++seed) {
+    bool skipped = false;
+    const fuzz::DifferentialResult r = fuzz::check_random_row_graph(seed, &skipped, {}, /*external=*/true);
+    if (skipped) continue;
+    EXPECT_TRUE(r.ok) << r.message;
+    ++checked;
+  }
+  EXPECT_GE(checked, 40);
+}
+
 // Against the exact result, not only the reference kernel: f64 math from the f32 argument
 // (x - max) / t that every f32 softmax rounds first (its rounding alone is |x - max| / t
 // ulps of the result, the same in every implementation). Within a few f32 ulps for every
