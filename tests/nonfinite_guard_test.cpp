@@ -333,6 +333,53 @@ TEST(NonfiniteGuard, EveryOtherOneDnnOpKeepsNaNAsItsReference) {
   }
 }
 
+// Not guarded, a difference of range (docs/ops.md, "NaN through oneDNN"): oneDNN's LayerNorm
+// and sum add their statistics in f32, the reference kernels in f64, so data near f32's
+// largest overflows in oneDNN only. What `ampfuse fuzz --rows --external-rows` found, held
+// here so that the doc's description stays true.
+TEST(NonfiniteGuard, OneDnnStatisticsOverflowInF32WhereTheReferenceDoesNot) {
+  const auto both = [](const char* text, runtime::Tensor data, std::vector<runtime::Tensor>* got,
+                       std::vector<runtime::Tensor>* want) {
+    const ir::Graph g = parsed(text);
+    const ir::Node& node = g.nodes[g.outputs[0].node];
+    runtime::Bindings vars = runtime::random_bindings(g, 1);
+    std::vector<runtime::Tensor> inputs;
+    for (ir::ValueRef in : node.inputs) inputs.push_back(vars.at(g.nodes[in.node].name).clone());
+    inputs[0] = std::move(data);
+    for (const ir::TensorType& t : node.outputs) got->emplace_back(t), want->emplace_back(t);
+    runtime::onednn_run(node, inputs, *got);
+    (*runtime::find_reference_kernel(node.op))(node, inputs, *want);
+  };
+  // LayerNorm of a row holding -3e38: the f32 sum of squares overflows, the variance is
+  // infinite and every output is beta; the reference normalizes.
+  runtime::Tensor row = runtime::Tensor::zeros({ir::DType::f32, {1, 13}});
+  for (int64_t i = 0; i < 13; ++i) row.set_f64(i, 0.1 * static_cast<double>(i));
+  row.set_f64(5, -3e38);
+  std::vector<runtime::Tensor> got, want;
+  both(R"(graph {
+    %x = var input : f32[1,13]
+    %g = var param : f32[13]
+    %b = var param : f32[13]
+    %y = LayerNorm(%x, %g, %b) {eps=0.01}
+    return %y
+  })", row, &got, &want);
+  EXPECT_TRUE(std::isfinite(want[0].get_f64(0)));
+  EXPECT_GT(std::fabs(got[0].get_f64(5) - want[0].get_f64(5)), 0.1) << "oneDNN's LayerNorm now adds in a wider type";
+  // A sum of 63 values of 3e38 and one -Inf: f32 partial sums reach +Inf and meet the -Inf
+  // (NaN); the f64 sum stays finite until the -Inf (-Inf).
+  runtime::Tensor sums = runtime::Tensor::zeros({ir::DType::f32, {1, 64}});
+  for (int64_t i = 0; i < 64; ++i) sums.set_f64(i, 3e38);
+  sums.set_f64(37, -INFINITY);
+  got.clear(), want.clear();
+  both(R"(graph {
+    %x = var input : f32[1,64]
+    %y = sum(%x) {axis=[1]}
+    return %y
+  })", sums, &got, &want);
+  EXPECT_EQ(want[0].get_f64(0), -INFINITY);
+  EXPECT_TRUE(std::isnan(got[0].get_f64(0))) << "oneDNN's sum now adds in a wider type: " << got[0].get_f64(0);
+}
+
 // A whole model: one NaN pixel reaches every output of squeezenet in the interpreter
 // (convolutions spread it, relu and Concat keep it, max pooling propagates it, the global
 // average and the softmax take it everywhere). The executor, as `ampfuse run` compiles it
