@@ -1,5 +1,6 @@
 """How tests/zoo/zoo.py compares ampfuse's outputs with MXNet's (docs/model_zoo.md, "How
-outputs are compared"): near-tied detection rows in either order, nothing else.
+outputs are compared"): near-tied detection rows in either order, nothing else; bf16
+detectors counted by the detections they keep, against MXNet's own bf16 run.
 Needs only NumPy and pytest:  python -m pytest tests/zoo/test_zoo_compare.py"""
 import os
 import sys
@@ -78,3 +79,55 @@ def test_the_score_output_is_the_sorted_one_holding_fractions():
     assert zoo.score_output(detections([0.9, 0.5, 0.2, -1], BOXES, ids=[8, 3, 1, -1])) == 1
     # Whole-number scores: the one with more distinct values.
     assert zoo.score_output(detections([9, 5, 2, -1], BOXES, ids=[4, 4, 4, -1])) == 1
+
+
+
+def test_detections_kept_counts_the_f32_rows_a_run_reproduces_in_any_order():
+    want = detections([0.9, 0.5, 0.2, -1], BOXES, ids=[8, 3, 1, -1])
+    # The first two swapped, the third replaced by another box: two of three kept.
+    got = detections([0.5, 0.9, 0.2, -1], [BOXES[1], BOXES[0], [60, 0, 80, 30], BOXES[3]], ids=[3, 8, 1, -1])
+    assert zoo.detections_kept(got, want) == (2, 3)
+    assert zoo.detections_kept(want, want) == (3, 3)
+
+
+def test_a_detection_with_another_id_or_a_moved_box_is_not_kept():
+    want = detections([0.9, 0.5, 0.2, -1], BOXES, ids=[8, 3, 1, -1])
+    other_id = detections([0.9, 0.5, 0.2, -1], BOXES, ids=[8, 4, 1, -1])
+    assert zoo.detections_kept(other_id, want) == (2, 3)
+    moved = detections([0.9, 0.5, 0.2, -1], BOXES, ids=[8, 3, 1, -1])
+    moved[2][0, 2, 2] += 0.02 * 90  # 2 % of the largest coordinate
+    assert zoo.detections_kept(moved, want) == (2, 3)
+
+
+def test_outputs_that_are_not_ranked_rows_have_no_detections():
+    assert zoo.detections_kept([np.ones((1, 3, 1))], [np.array([[[3.0], [1.0], [2.0]]])]) is None
+
+
+FOUR = [[0, 0, 10, 10], [50, 50, 90, 90], [20, 0, 40, 30], [0, 60, 30, 90]]
+NEW = [60, 0, 80, 30]
+
+
+def test_a_bf16_detector_matches_when_it_keeps_as_many_detections_as_mxnets_bf16(tmp_path, monkeypatch):
+    model = tmp_path / "model"  # the files export_model.py writes that the comparison reads
+    want = detections([0.9, 0.8, 0.7, 0.6], FOUR, ids=[8, 3, 1, 2])
+    save(str(model / "ref_f32"), want)
+    # MXNet's bf16: the last box moved by 4 % of the largest coordinate: 3 of 4 kept.
+    mxnet_bf16 = detections([0.9, 0.8, 0.7, 0.6], FOUR[:3] + [[0, 60, 30, 93.6]], ids=[8, 3, 1, 2])
+    save(str(model / "ref_bf16"), mxnet_bf16)
+    mx_err, _, _ = zoo.compare(save(str(tmp_path / "mx"), mxnet_bf16), str(model / "ref_f32"), 3, zoo.BF16_TOL)
+
+    def run(got):
+        saved = save(str(model / "ampfuse_bf16"), got)
+        monkeypatch.setattr(zoo, "run_ampfuse", lambda *args: (saved, None, 0.0))
+        res = {}
+        zoo.run_and_compare("ampfuse", str(model), "bf16", "fused", 1, 3, mx_err, res)
+        return res
+
+    # A new detection ranked second, the last one dropped: row by row far off, 3 of 4 kept.
+    as_many = run(detections([0.9, 0.85, 0.8, 0.7], [FOUR[0], NEW, FOUR[1], FOUR[2]], ids=[8, 5, 3, 1]))
+    assert as_many["bf16_err"] > 2 * mx_err
+    assert as_many["bf16_matches"] and as_many["bf16_matches_as_detections"]
+    assert as_many["bf16_detections_kept"] == "3/4" and as_many["mxnet_bf16_detections_kept"] == "3/4"
+    fewer = run(detections([0.9, 0.85, 0.8, 0.8], [FOUR[0], NEW, [70, 0, 90, 30], FOUR[1]], ids=[8, 5, 5, 3]))
+    assert not fewer["bf16_matches"] and not fewer["bf16_matches_as_detections"]
+    assert "keeps 2 of MXNet's 4" in fewer["error"]
