@@ -120,7 +120,8 @@ def test_a_bf16_detector_matches_when_it_keeps_as_many_detections_as_mxnets_bf16
         saved = save(str(model / "ampfuse_bf16"), got)
         monkeypatch.setattr(zoo, "run_ampfuse", lambda *args: (saved, None, 0.0))
         res = {}
-        zoo.run_and_compare("ampfuse", str(model), "bf16", "fused", 1, 3, mx_err, res)
+        refs = {"f32": str(model / "ref_f32"), "native": None, "bf16": str(model / "ref_bf16"), "zeroed": False}
+        zoo.run_and_compare("ampfuse", str(model), refs, "bf16", "fused", 1, 3, mx_err, res)
         return res
 
     # A new detection ranked second, the last one dropped: row by row far off, 3 of 4 kept.
@@ -131,3 +132,22 @@ def test_a_bf16_detector_matches_when_it_keeps_as_many_detections_as_mxnets_bf16
     fewer = run(detections([0.9, 0.85, 0.8, 0.8], [FOUR[0], NEW, [70, 0, 90, 30], FOUR[1]], ids=[8, 5, 5, 3]))
     assert not fewer["bf16_matches"] and not fewer["bf16_matches_as_detections"]
     assert "keeps 2 of MXNet's 4" in fewer["error"]
+
+
+def test_zero_negative_rois_multiplies_each_roialign_by_its_regions_validity():
+    import mxnet_symbol
+    var = {"op": "null", "inputs": []}
+    graph = {"nodes": [dict(var, name="data"), dict(var, name="rois"),
+                       {"op": "_contrib_ROIAlign", "name": "pool", "attrs": {"pooled_size": "(2, 2)", "spatial_scale": "1"},
+                        "inputs": [[0, 0, 0], [1, 0, 0]]},
+                       {"op": "relu", "name": "act", "inputs": [[2, 0, 0]]}],
+             "arg_nodes": [0, 1], "heads": [[3, 0, 0], [2, 0, 0]]}
+    out = mxnet_symbol.zero_negative_rois(graph)
+    nodes = out["nodes"]
+    assert [n["op"] for n in nodes] == ["null", "null", "_contrib_ROIAlign", "slice_axis", "_greater_equal_scalar",
+                                        "Reshape", "broadcast_mul", "relu"]
+    assert nodes[3]["inputs"] == [[1, 0, 0]] and nodes[3]["attrs"] == {"axis": "1", "begin": "0", "end": "1"}
+    assert nodes[6]["inputs"] == [[2, 0, 0], [5, 0, 0]]
+    assert nodes[7]["inputs"] == [[6, 0, 0]]  # the consumer reads the zeroed blocks
+    assert out["arg_nodes"] == [0, 1] and out["heads"] == [[7, 0, 0], [6, 0, 0]]
+    assert mxnet_symbol.zero_negative_rois({"nodes": nodes[:2], "arg_nodes": [0, 1], "heads": [[1, 0, 0]]})["nodes"] == nodes[:2]

@@ -17,6 +17,9 @@ For each architecture of GluonCV 0.10.5 (gluoncv.model_zoo.get_model_list()):
               a detector's ranked rows that fail this, where MXNet runs bf16 too, match when
               they keep as many of MXNet's f32 detections as MXNet's own bf16 run does
               (detections_kept).
+A model with `_contrib_ROIAlign` (the R-CNNs) is compared with MXNet's runs of its symbol with
+the output blocks of negative-batch regions zeroed, which MXNet 1.9.1 leaves unwritten
+(tests/zoo/mxnet_symbol.py), not with the export's outputs.
 Every step is cached in OUT/NAME (the export until the exporter's weights change, the
 ampfuse results until the ampfuse binary or this script's comparison changes), so a rerun
 does only what is new.
@@ -59,7 +62,7 @@ SPREAD_LIMIT = 1e-2
 DETECTION_TOL = 1e-2
 # Bumped when the comparison changes, so that cached results are compared again (where the
 # change can alter them: still_compared).
-COMPARE_VERSION = 3
+COMPARE_VERSION = 4
 
 FAMILIES = ["classification", "detection", "segmentation", "pose"]
 OUT_OF_TARGET = ["video", "depth", "tracking", "int8"]
@@ -401,20 +404,50 @@ def compare(saved, ref_dir, n_ref, tol=F32_TOL):
     return worst, None, moved
 
 
-def mxnet_spread(model_dir, n_ref, timeout):
-    """How far MXNet's reference-kernel outputs are from its oneDNN ones (tests/zoo/mxnet_native.py),
-    as compare() measures it; None when that run fails. inf when their non-finite elements differ."""
-    native = os.path.join(model_dir, "ref_f32_native")
-    if not os.path.isdir(native):
+def mxnet_symbol_run(model_dir, name, flags, timeout):
+    """MODEL_DIR/name: MXNet's outputs from tests/zoo/mxnet_symbol.py with flags (run once,
+    cached); None when that run fails or passes the time limit."""
+    out = os.path.join(model_dir, name)
+    if not os.path.isdir(out):
         try:
-            subprocess.run([sys.executable, os.path.join(HERE, "mxnet_native.py"), model_dir],
+            subprocess.run([sys.executable, os.path.join(HERE, "mxnet_symbol.py"), model_dir, name, *flags],
                            capture_output=True, text=True, timeout=timeout)
         except subprocess.TimeoutExpired:
             return None
-    if not os.path.isdir(native):
+    return out if os.path.isdir(out) else None
+
+
+def uses_roialign(model_dir):
+    with open(os.path.join(model_dir, "model-symbol.json")) as f:
+        return '"_contrib_ROIAlign"' in f.read()
+
+
+def references(model_dir, exp, timeout):
+    """MXNet's outputs to compare with: {"f32", "native" (reference kernels, made when first
+    needed: None until then), "bf16" (None where MXNet's bf16 AMP fails), "zeroed"}.
+
+    The export's, but for a model with `_contrib_ROIAlign`, whose MXNet outputs depend on
+    memory that MXNet leaves unwritten (tests/zoo/mxnet_symbol.py --zero-negative-rois):
+    all three are then runs of the symbol with those blocks zeroed, as GluonCV means them
+    and ampfuse computes them ("zeroed")."""
+    if not uses_roialign(model_dir):
+        return {"f32": os.path.join(model_dir, "ref_f32"), "native": None, "zeroed": False,
+                "bf16": os.path.join(model_dir, "ref_bf16") if exp.get("bf16") == "ran" else None}
+    return {"f32": mxnet_symbol_run(model_dir, "ref_f32_zeroed", ["--zero-negative-rois"], timeout),
+            "native": None, "zeroed": True,
+            "bf16": mxnet_symbol_run(model_dir, "ref_bf16_zeroed", ["--zero-negative-rois", "--bf16"], timeout)}
+
+
+def mxnet_spread(model_dir, refs, n_ref, timeout):
+    """How far MXNet's reference-kernel outputs are from its oneDNN ones (tests/zoo/mxnet_symbol.py
+    --native), as compare() measures it; None when that run fails. inf when their non-finite
+    elements differ. Sets refs["native"]."""
+    name = "ref_f32_zeroed_native" if refs["zeroed"] else "ref_f32_native"
+    refs["native"] = mxnet_symbol_run(model_dir, name, ["--native"] + (["--zero-negative-rois"] if refs["zeroed"] else []),
+                                      timeout)
+    if refs["native"] is None:
         return None
-    spread, err, _ = compare([os.path.join(native, f"{k}.npy") for k in range(n_ref)],
-                             os.path.join(model_dir, "ref_f32"), n_ref)
+    spread, err, _ = compare([os.path.join(refs["native"], f"{k}.npy") for k in range(n_ref)], refs["f32"], n_ref)
     return float("inf") if err else spread
 
 
@@ -452,18 +485,26 @@ def check_model(ampfuse, model_dir, engine, timeout, op_cache):
         res["error"] = first_error(r.stderr, r.returncode)
         return res
     n_ref = len(exp["outputs_f32"])
+    refs = references(model_dir, exp, timeout)
+    if refs["zeroed"]:
+        res["reference"] = "roialign_zeroed"
+        res["mxnet_bf16"] = "ran" if refs["bf16"] else "failed"
+        if refs["f32"] is None:
+            res["error"] = "MXNet: the run with ROIAlign's negative regions zeroed failed"
+            return res
     mx_bf16_err = None
-    if exp.get("bf16") == "ran":
-        mx_bf16_err, _, _ = compare([os.path.join(model_dir, "ref_bf16", f"{k}.npy") for k in range(n_ref)],
-                                    os.path.join(model_dir, "ref_f32"), n_ref, BF16_TOL)
+    if refs["bf16"]:
+        mx_bf16_err, _, _ = compare([os.path.join(refs["bf16"], f"{k}.npy") for k in range(n_ref)],
+                                    refs["f32"], n_ref, BF16_TOL)
         res["mxnet_bf16_err"] = mx_bf16_err
     for amp in ("f32", "bf16"):
-        run_and_compare(ampfuse, model_dir, amp, engine, timeout, n_ref, mx_bf16_err, res)
+        run_and_compare(ampfuse, model_dir, refs, amp, engine, timeout, n_ref, mx_bf16_err, res)
     return res
 
 
-def run_and_compare(ampfuse, model_dir, amp, engine, timeout, n_ref, mx_bf16_err, res):
-    """One `ampfuse run` (f32 or bf16 AMP) against MXNet's f32 outputs, recorded in res."""
+def run_and_compare(ampfuse, model_dir, refs, amp, engine, timeout, n_ref, mx_bf16_err, res):
+    """One `ampfuse run` (f32 or bf16 AMP) against MXNet's f32 outputs (refs: references()),
+    recorded in res."""
     saved, err, seconds = run_ampfuse(ampfuse, model_dir, amp, engine, timeout)
     res[f"{amp}_seconds"] = seconds
     res[f"{amp}_runs"] = saved is not None
@@ -471,17 +512,17 @@ def run_and_compare(ampfuse, model_dir, amp, engine, timeout, n_ref, mx_bf16_err
         res.setdefault("error", f"{amp}: {err}")
         return
     tol = F32_TOL if amp == "f32" else max(BF16_TOL, 2 * (mx_bf16_err or 0))
-    worst, err, moved = compare(saved, os.path.join(model_dir, "ref_f32"), n_ref, tol)
+    worst, err, moved = compare(saved, refs["f32"], n_ref, tol)
     if amp == "f32" and (worst is None or worst > tol) and "shape" not in (err or ""):
         # Is it ampfuse, or is the output this sensitive to f32 rounding? MXNet's two CPU
         # backends tell: the tolerance becomes twice their difference, unless that
         # difference is so large that the output is decided by rounding (ill-conditioned).
-        spread = mxnet_spread(model_dir, n_ref, timeout)
+        spread = mxnet_spread(model_dir, refs, n_ref, timeout)
         res["mxnet_spread"] = spread
         if spread is not None and spread > SPREAD_LIMIT:
             # Rounding decides the output; MXNet's two backends decide differently. ampfuse
             # matches MXNet when it decides as one of them does (within the plain tolerance).
-            native, _, _ = compare(saved, os.path.join(model_dir, "ref_f32_native"), n_ref, F32_TOL)
+            native, _, _ = compare(saved, refs["native"], n_ref, F32_TOL)
             res["f32_err_native"] = native
             if native is not None and native <= F32_TOL:
                 res["f32_matches_native"] = True
@@ -496,11 +537,10 @@ def run_and_compare(ampfuse, model_dir, amp, engine, timeout, n_ref, mx_bf16_err
     as_detections = False
     if amp != "f32" and worst is not None and worst > tol and mx_bf16_err is not None:
         # A ranked top-N list in bf16: compared as detections, against MXNet's own bf16 run.
-        wants = load_outputs(os.path.join(model_dir, "ref_f32", f"{k}.npy") for k in range(n_ref))
+        wants = load_outputs(os.path.join(refs["f32"], f"{k}.npy") for k in range(n_ref))
         ours = detections_kept(load_outputs(saved), wants)
         if ours is not None:
-            theirs = detections_kept(
-                load_outputs(os.path.join(model_dir, "ref_bf16", f"{k}.npy") for k in range(n_ref)), wants)
+            theirs = detections_kept(load_outputs(os.path.join(refs["bf16"], f"{k}.npy") for k in range(n_ref)), wants)
             res[f"{amp}_detections_kept"] = f"{ours[0]}/{ours[1]}"
             res[f"mxnet_{amp}_detections_kept"] = f"{theirs[0]}/{theirs[1]}"
             as_detections = ours[0] >= theirs[0]
@@ -526,14 +566,17 @@ def run_and_compare(ampfuse, model_dir, amp, engine, timeout, n_ref, mx_bf16_err
         res.setdefault("error", f"{amp}: " + (err or f"error {worst:.3g} > {tol:.3g} of the largest |value|"))
 
 
-def still_compared(r):
-    """Whether a cached result holds under this COMPARE_VERSION: its own, or version 2's
-    where version 3 (detections_kept) does not look: all but the bf16 failures of models
-    that MXNet runs in bf16."""
+def still_compared(r, model_dir):
+    """Whether a cached result holds under this COMPARE_VERSION: its own, or an older one's
+    where the changes since do not look: version 3 (detections_kept) at the bf16 failures
+    of models that MXNet runs in bf16, version 4 (references()) at models with ROIAlign."""
     v = r.get("compare")
-    return v == COMPARE_VERSION or v == 2 and not (
-        r.get("bf16_runs") and not r.get("bf16_matches") and not r.get("bf16_ill_conditioned")
-        and r.get("mxnet_bf16") == "ran")
+    if v == COMPARE_VERSION:
+        return True
+    if v not in (2, 3) or r.get("export") == "exported" and uses_roialign(model_dir):
+        return False
+    return v == 3 or not (r.get("bf16_runs") and not r.get("bf16_matches") and not r.get("bf16_ill_conditioned")
+                          and r.get("mxnet_bf16") == "ran")
 
 
 def binary_stamp(path):
@@ -592,7 +635,7 @@ def summarize(results, names, out_root):
     with open(os.path.join(out_root, "summary.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
 
-    keys = ["name", "family", "export", "imports", "missing_ops", "f32_runs", "f32_matches", "f32_err",
+    keys = ["name", "family", "export", "reference", "imports", "missing_ops", "f32_runs", "f32_matches", "f32_err",
             "f32_tol", "mxnet_spread", "f32_ill_conditioned", "f32_matches_native", "f32_err_native", "f32_rows_reordered", "f32_seconds", "mxnet_bf16",
             "mxnet_bf16_err", "bf16_runs", "bf16_matches", "bf16_err", "bf16_rows_reordered", "bf16_matches_as_detections",
             "bf16_detections_kept", "mxnet_bf16_detections_kept", "bf16_seconds", "error"]
@@ -638,7 +681,7 @@ def main():
         p = os.path.join(out_root, n, "result.json")
         if os.path.exists(p):
             r = read_json(p)
-            if (r.get("ampfuse") == stamp and still_compared(r)) or a.summary_only:
+            if (r.get("ampfuse") == stamp and still_compared(r, os.path.dirname(p))) or a.summary_only:
                 results[n] = r
     if not a.summary_only:
         todo = [n for n in names if n not in results]
@@ -649,7 +692,8 @@ def main():
                 for stale in ("export.json", "export.partial.json"):
                     if os.path.exists(os.path.join(d, stale)):
                         os.remove(os.path.join(d, stale))
-                for stale in ("ref_f32", "ref_bf16", "ref_f32_native"):
+                for stale in ("ref_f32", "ref_bf16", "ref_f32_native", "ref_f32_zeroed", "ref_f32_zeroed_native",
+                              "ref_bf16_zeroed"):
                     shutil.rmtree(os.path.join(d, stale), ignore_errors=True)
         to_export = [n for n in todo if not os.path.exists(os.path.join(out_root, n, "export.json"))]
         done = queue.Queue()
