@@ -381,13 +381,18 @@ def load_outputs(paths):
     return [np.load(path).astype(np.float64) for path in paths]
 
 
+def output_paths(folder, n_ref):
+    """The n_ref outputs MXNet's runs write into folder: 0.npy, 1.npy, ..."""
+    return [os.path.join(folder, f"{k}.npy") for k in range(n_ref)]
+
+
 def compare(saved, ref_dir, n_ref, tol=F32_TOL):
     """Largest |ampfuse - MXNet| over the outputs, relative to each output's largest |value|,
     after reorder_near_ties; (error, None, rows moved) or (None, why not comparable, 0)."""
     if len(saved) != n_ref:
         return None, f"{len(saved)} outputs, MXNet has {n_ref}", 0
     gots = load_outputs(saved)
-    wants = load_outputs(os.path.join(ref_dir, f"{k}.npy") for k in range(n_ref))
+    wants = load_outputs(output_paths(ref_dir, n_ref))
     for k, (got, want) in enumerate(zip(gots, wants)):
         if got.shape != want.shape:
             return None, f"output {k}: shape {list(got.shape)}, MXNet {list(want.shape)}", 0
@@ -447,7 +452,7 @@ def mxnet_spread(model_dir, refs, n_ref, timeout):
                                       timeout)
     if refs["native"] is None:
         return None
-    spread, err, _ = compare([os.path.join(refs["native"], f"{k}.npy") for k in range(n_ref)], refs["f32"], n_ref)
+    spread, err, _ = compare(output_paths(refs["native"], n_ref), refs["f32"], n_ref)
     return float("inf") if err else spread
 
 
@@ -494,7 +499,7 @@ def check_model(ampfuse, model_dir, engine, timeout, op_cache):
             return res
     mx_bf16_err = None
     if refs["bf16"]:
-        mx_bf16_err, _, _ = compare([os.path.join(refs["bf16"], f"{k}.npy") for k in range(n_ref)],
+        mx_bf16_err, _, _ = compare(output_paths(refs["bf16"], n_ref),
                                     refs["f32"], n_ref, BF16_TOL)
         res["mxnet_bf16_err"] = mx_bf16_err
     for amp in ("f32", "bf16"):
@@ -537,10 +542,10 @@ def run_and_compare(ampfuse, model_dir, refs, amp, engine, timeout, n_ref, mx_bf
     as_detections = False
     if amp != "f32" and worst is not None and worst > tol and mx_bf16_err is not None:
         # A ranked top-N list in bf16: compared as detections, against MXNet's own bf16 run.
-        wants = load_outputs(os.path.join(refs["f32"], f"{k}.npy") for k in range(n_ref))
+        wants = load_outputs(output_paths(refs["f32"], n_ref))
         ours = detections_kept(load_outputs(saved), wants)
         if ours is not None:
-            theirs = detections_kept(load_outputs(os.path.join(refs["bf16"], f"{k}.npy") for k in range(n_ref)), wants)
+            theirs = detections_kept(load_outputs(output_paths(refs["bf16"], n_ref)), wants)
             res[f"{amp}_detections_kept"] = f"{ours[0]}/{ours[1]}"
             res[f"mxnet_{amp}_detections_kept"] = f"{theirs[0]}/{theirs[1]}"
             as_detections = ours[0] >= theirs[0]
