@@ -47,9 +47,9 @@ void BM_InferAndPlan(benchmark::State& state) {
 const char* const kChainOps[] = {"tanh", "erf", "_power_scalar", "exp", "sigmoid", "relu", "elemwise_add",
                                  "c8", "wide_in", "wide_out"};
 
-ir::Graph chain_graph(const std::string& op, int length) {
+ir::Graph chain_graph(const std::string& op, int length, int64_t elements = 1024) {
   ir::GraphBuilder b;
-  const ir::TensorType type{ir::DType::f32, {1024}};
+  const ir::TensorType type{ir::DType::f32, {elements}};
   const ir::ValueRef x = b.input("x", type);
   ir::ValueRef v = x;
   if (op == "wide_out") {
@@ -111,11 +111,12 @@ void warm_up_llvm() {
   benchmark::DoNotOptimize(warm);
 }
 
-// One kernel of `length` ops (caps lifted): LLVM's time against kernel size, CPU time of
-// the compiling thread.
+// One kernel of `length` ops (caps lifted) over `elements` f32: LLVM's time against kernel
+// size, CPU time of the compiling thread. Past 2^23 elements the outputs pass 32 MiB and
+// the kernel also has the streaming loop (KernelSignature::streams); nothing is allocated.
 void BM_CompileKernel(benchmark::State& state) {
   const std::string op = kChainOps[state.range(0)];
-  const ir::Graph g = chain_graph(op, static_cast<int>(state.range(1)));
+  const ir::Graph g = chain_graph(op, static_cast<int>(state.range(1)), state.range(2));
   engine::PlannerOptions uncapped;
   uncapped.max_kernel_transcendental_cost = uncapped.max_kernel_instructions = uncapped.max_kernel_inputs =
       std::numeric_limits<int>::max();
@@ -146,8 +147,13 @@ void BM_CompileTanhChain(benchmark::State& state) {
 BENCHMARK(BM_PlanFusion)->ArgName("nodes")->Arg(1000)->Arg(10000)->Arg(100000)->Arg(150000)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_InferAndPlan)->ArgName("nodes")->Arg(1000)->Arg(10000)->Arg(100000)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_CompileKernel)
-    ->ArgNames({"op", "length"})
-    ->ArgsProduct({{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}, {1, 2, 4, 16, 64}})
+    ->ArgNames({"op", "length", "elements"})
+    ->ArgsProduct({{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}, {1, 2, 4, 16, 64}, {1024}})
+    ->Unit(benchmark::kMillisecond);
+// tanh, exp, relu and C8 with the streaming loop, against the rows above.
+BENCHMARK(BM_CompileKernel)
+    ->ArgNames({"op", "length", "elements"})
+    ->ArgsProduct({{0, 3, 5, 7}, {1, 4}, {1 << 24}})
     ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_CompileTanhChain)->ArgName("length")->Arg(100)->Arg(400)->Arg(1000)->Unit(benchmark::kMillisecond);
 

@@ -550,11 +550,12 @@ std::string emit_cuda_source(const KernelSignature& sig, const std::string& name
 }
 
 std::string cuda_signature_key(const KernelSignature& sig) {
-  if (sig.tile == TileShape::none) return sig.key();
-  KernelSignature untiled = sig;
-  untiled.tile = TileShape::none;
-  untiled.tile_extent = 0;
-  return untiled.key();
+  if (sig.tile == TileShape::none && !sig.streams) return sig.key();
+  KernelSignature cuda = sig;
+  cuda.tile = TileShape::none;
+  cuda.tile_extent = 0;
+  cuda.streams = false;
+  return cuda.key();
 }
 
 std::string cuda_kernel_name(const KernelSignature& sig) {

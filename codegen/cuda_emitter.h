@@ -73,9 +73,10 @@ std::string emit_cuda_kernel(const KernelSignature& sig, const std::string& name
 // it is printed to stderr.
 std::string emit_cuda_source(const KernelSignature& sig, const std::string& name);
 
-// The signature's key without its tile shape (KernelSignature::tile), which only the CPU's
-// staged transposes use: the CUDA source is the same for every shape, so specs that differ
-// only there share one CUDA kernel (its name and its NVRTC build's cache key).
+// The signature's key without what only CPU code depends on, its tile shape
+// (KernelSignature::tile, for the staged transposes) and whether it streams: the CUDA
+// source is the same either way, so specs that differ only there share one CUDA kernel
+// (its name and its NVRTC build's cache key).
 std::string cuda_signature_key(const KernelSignature& sig);
 
 // A C identifier for a signature: "ampfuse_" and 16 hex digits of a hash of

@@ -266,7 +266,7 @@ void KernelEmitter::emit(const std::string& symbol) {
     emit_strided();
     llvm::Function* tiles = begin_function(symbol + ".tiles", llvm::Function::InternalLinkage);
     if (stages_tiles()) {
-      tiles->addFnAttr(kStreamingAttribute);  // only its aligned output loops' stores
+      if (sig_.streams) tiles->addFnAttr(kStreamingAttribute);  // only its aligned output loops' stores
       tiles->addFnAttr(llvm::Attribute::NoInline);  // keeps the attribute to itself
       emit_staged_tiles();
     }
@@ -281,7 +281,7 @@ void KernelEmitter::emit(const std::string& symbol) {
   loop->addFnAttr(llvm::Attribute::NoInline);
   emit_flat_loop(false);
   llvm::Function* stream = nullptr;
-  if (!sig_.outputs.empty()) {
+  if (sig_.streams) {
     stream = begin_function(symbol + ".stream", llvm::Function::InternalLinkage);
     stream->addFnAttr(llvm::Attribute::NoInline);
     stream->addFnAttr(kStreamingAttribute);

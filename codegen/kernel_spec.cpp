@@ -1,5 +1,6 @@
 #include "codegen/kernel_spec.h"
 
+#include "codegen/kernel_abi.h"
 #include "ir/error.h"
 
 #include <fmt/format.h>
@@ -403,7 +404,15 @@ KernelSignature signature(const KernelSpec& spec) {
     return s;
   };
   for (const OperandSpec& o : spec.inputs) sig.inputs.push_back(describe(o));
-  for (const OperandSpec& o : spec.outputs) sig.outputs.push_back(describe(o));
+  // Bytes as the launcher counts them (runtime/kernel_launch.cpp); the element count is
+  // capped first so that a planned shape past memory cannot overflow the sum.
+  const int64_t capped = std::min(spec.num_elements(), kStreamingOutputBytes + 1);
+  int64_t output_bytes = 0;
+  for (const OperandSpec& o : spec.outputs) {
+    sig.outputs.push_back(describe(o));
+    output_bytes += capped * static_cast<int64_t>(ir::dtype_size(o.dtype));
+  }
+  sig.streams = !spec.row && output_bytes > kStreamingOutputBytes;
   if (any_strided) {
     sig.rank = static_cast<int>(spec.shape.size());
     // Row kernels index in int64 always: with int32 offsets every column loop of every row
@@ -416,13 +425,14 @@ KernelSignature signature(const KernelSpec& spec) {
 }
 
 std::string KernelSignature::key() const {
-  // "<compute>|r<rank>[w][|t<tile>]|p<params>|in <operands>|out <operands>|flags <lists>|<body>"
+  // "<compute>|r<rank>[w][s][|t<tile>]|p<params>|in <operands>|out <operands>|flags <lists>|<body>"
   // and for row kernels "|row <op> <x dtype> <y dtype> <constant> <gamma>,<beta> <data>"
   KeyBuffer b;
   append(b, ir::dtype_name(compute));
   append(b, "|r");
   append_digits(b, rank);
   if (wide_index) b.push_back('w');
+  if (streams) b.push_back('s');
   if (tile != TileShape::none) {
     append(b, "|t");
     tile_key(b, *this);
@@ -467,10 +477,11 @@ std::string KernelSignature::key() const {
 
 std::string print_kernel_spec(const KernelSpec& spec) {
   const KernelSignature sig = signature(spec);
-  std::string s = fmt::format("kernel '{}' over {} ({} elements), compute {}, {} parameter(s), {} indexing{}\n",
+  std::string s = fmt::format("kernel '{}' over {} ({} elements), compute {}, {} parameter(s), {} indexing{}{}\n",
                               spec.name, ir::shape_str(spec.shape), spec.num_elements(),
                               ir::dtype_name(spec.compute), spec.num_params,
-                              sig.flat() ? "flat" : (sig.wide_index ? "int64" : "int32"), tile_name(sig));
+                              sig.flat() ? "flat" : (sig.wide_index ? "int64" : "int32"), tile_name(sig),
+                              sig.streams ? ", streaming loops" : "");
   auto line = [&](const char* role, const OperandSpec& o, const OperandSignature& os) {
     s += fmt::format("  {} '{}': {} strides [{}] {}\n", role, o.name, ir::dtype_name(o.dtype),
                      fmt::join(o.strides, ","), layout_name(os.layout));

@@ -158,6 +158,10 @@ struct KernelSignature {
   std::vector<std::vector<int>> flags;  // operand lists
   // Offsets need int64 (some extent or offset can pass 2^31); else int32 arithmetic.
   bool wide_index = false;
+  // The outputs pass kStreamingOutputBytes (kernel_abi.h), so the launcher may ask for
+  // non-temporal stores: the streaming loops are compiled. Without it args->streaming is
+  // ignored. Never set for row or CUDA kernels.
+  bool streams = false;
   // Row kernels: every operand is strided (its innermost stride class is what the column
   // loops vectorize on), and rank is the spec's.
   std::optional<RowSpec> row;

@@ -298,7 +298,7 @@ void KernelEmitter::emit_staged_tiles() {
   Value* fill = b_.CreateAnd(b_.CreateUDiv(b_.getInt64(kStageElements), block_cols), b_.getInt64(-V));
   Value* block_rows = b_.CreateBinaryIntrinsic(llvm::Intrinsic::umax, fill, b_.getInt64(V));
   Value* whole_rows = b_.CreateICmpEQ(block_cols, cols);
-  Value* streaming = b_.CreateICmpNE(field(kStreaming), b_.getInt64(0));
+  Value* streaming = sig_.streams ? b_.CreateICmpNE(field(kStreaming), b_.getInt64(0)) : nullptr;
   const unsigned stream_width = streaming_width();
   // A stretch's streaming part starts where every output is on a 64-byte line: 16 elements
   // when the narrowest output is f32, not kStreamAlignElements (the flat kernels' bound for
@@ -368,11 +368,16 @@ void KernelEmitter::emit_staged_tiles() {
           // With args->streaming (outputs 64-byte aligned and too large to cache), the part
           // of the stretch from its first boundary of 64-byte lines on is its own loop, whose
           // vector stores LLVM can prove aligned: mark_streaming_stores makes them
-          // non-temporal, as in the flat kernels.
+          // non-temporal, as in the flat kernels. Compiled only where the signature streams.
+          Value* out_end = b_.CreateNUWAdd(out0, length);
+          if (!streaming) {
+            elements(out0, out_end, 0);
+            base_ = saved;
+            return;
+          }
           llvm::BasicBlock* plain = llvm::BasicBlock::Create(ctx_, "stretch.plain", fn_);
           llvm::BasicBlock* split = llvm::BasicBlock::Create(ctx_, "stretch.stream", fn_);
           llvm::BasicBlock* joined = llvm::BasicBlock::Create(ctx_, "stretch.end", fn_);
-          Value* out_end = b_.CreateNUWAdd(out0, length);
           b_.CreateCondBr(streaming, split, plain);
           b_.SetInsertPoint(plain);
           elements(out0, out_end, 0);

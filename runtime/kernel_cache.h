@@ -88,11 +88,11 @@ std::shared_ptr<const CompiledKernel> jit_compile(const codegen::KernelSpec& spe
 // saves; chunk boundaries fall on multiples of kLaunchChunkAlign elements, so every
 // operand's chunk starts on a 64-byte line when its base does (threads never write the same
 // line, vector loops start aligned); outputs of more than kLaunchStreamingBytes are written
-// with non-temporal stores when 64-byte aligned (they would not stay in the caches anyway,
-// and bypassing them saves the read-for-ownership of every line).
+// with non-temporal stores when 64-byte aligned (codegen/kernel_abi.h says why and which
+// kernels can).
 inline constexpr int64_t kLaunchMinElementsPerThread = 16384;
 inline constexpr int64_t kLaunchChunkAlign = 64;
-inline constexpr int64_t kLaunchStreamingBytes = int64_t{32} << 20;
+inline constexpr int64_t kLaunchStreamingBytes = codegen::kStreamingOutputBytes;
 inline constexpr uintptr_t kLaunchStreamingAlign = 64;
 
 // Runs `kernel` (compiled for spec's signature) over spec's iteration space, split across

@@ -150,11 +150,24 @@ TEST(CodegenAsm, NoFmaContraction) {
 }
 
 TEST(CodegenAsm, StreamingLoopUsesNonTemporalStores) {
-  const std::string text = assembly(dense_spec("c8", c8_body(), {DType::f32, DType::f32}, {DType::f32}, {64}));
+  const KernelSpec small = dense_spec("c8", c8_body(), {DType::f32, DType::f32}, {DType::f32}, {64});
+  const std::string text = assembly(streaming_sized(small));
   const Listing listing(text);
   EXPECT_TRUE(listing.in_loop(R"(vmovntps\s+)" + full_width())) << text;
   // The regular loop keeps ordinary stores.
   EXPECT_TRUE(listing.in_loop(R"(vmovups\s+)" + full_width() + R"(\d+, )")) << text;
+}
+
+TEST(CodegenAsm, SmallOutputsGetNoStreamingLoop) {
+  // Outputs under 32 MiB never stream, so their kernels are compiled without the loop (half
+  // of a small kernel's compile time); the staged transposes likewise.
+  const std::string flat = assembly(dense_spec("c8", c8_body(), {DType::f32, DType::f32}, {DType::f32}, {64}));
+  EXPECT_TRUE(Listing(flat).in_loop(R"(vmovups\s+)" + full_width() + R"(\d+, )")) << flat;
+  EXPECT_FALSE(has(flat, "vmovnt")) << flat;
+  KernelSpec nhwc = dense_spec("nhwc", cast_body(), {DType::f32}, {DType::bf16}, {2, 256, 64});
+  nhwc.inputs[0].strides = {64 * 256, 1, 256};
+  const std::string staged = assembly(nhwc);
+  EXPECT_FALSE(has(staged, "vmovnt")) << staged;
 }
 
 TEST(CodegenAsm, StreamingLoopStores16BitOutputsNonTemporally) {
@@ -163,12 +176,12 @@ TEST(CodegenAsm, StreamingLoopStores16BitOutputsNonTemporally) {
   // bf16 output was streamed): the streaming loops of flat kernels and staged transposes
   // alike must stream them.
   for (const DType out : {DType::bf16, DType::f16}) {
-    const std::string flat = assembly(dense_spec("cast", cast_body(), {DType::f32}, {out}, {64}));
+    const std::string flat = assembly(streaming_sized(dense_spec("cast", cast_body(), {DType::f32}, {out}, {64})));
     EXPECT_TRUE(Listing(flat).in_loop(R"(vmovnt(dq|ps)\s+%[xyz]mm)")) << ir::dtype_name(out) << "\n" << flat;
     // f32 NCHW -> NHWC, read through permuted strides.
     KernelSpec nhwc = dense_spec("nhwc", cast_body(), {DType::f32}, {out}, {2, 256, 64});
     nhwc.inputs[0].strides = {64 * 256, 1, 256};
-    const std::string staged = assembly(nhwc);
+    const std::string staged = assembly(streaming_sized(nhwc));
     EXPECT_TRUE(Listing(staged).in_loop(R"(vmovnt(dq|ps)\s+%[xyz]mm)")) << ir::dtype_name(out) << "\n" << staged;
   }
 }
@@ -188,7 +201,7 @@ TEST(CodegenAsm, BodiesCallingTheCLibraryGetNoWidthHint) {
     nhwc.shape = {2, 256, 64};
     nhwc.inputs[0].strides = {64 * 256, 1, 256};
     nhwc.outputs[0].strides = codegen::row_major_strides(nhwc.shape);
-    for (const KernelSpec& spec : {flat, nhwc}) {
+    for (const KernelSpec& spec : {streaming_sized(flat), streaming_sized(nhwc)}) {
       ::testing::internal::CaptureStderr();
       codegen::build_kernel_module(spec, "k");
       const std::string printed = ::testing::internal::GetCapturedStderr();

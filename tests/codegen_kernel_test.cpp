@@ -36,21 +36,19 @@ TEST(CodegenKernel, C8ChainMatchesReferenceBitsAtEverySize) {
   EXPECT_EQ(cache.stats().compilations, 1);
 }
 
-TEST(CodegenKernel, StreamingLoopMatchesReference) {
-  // The launcher takes the streaming loop only for outputs past 32 MiB; call the kernel
-  // directly with it on, over ranges that start off a 64-element boundary.
-  runtime::KernelCache cache;
+// Calls a C8 kernel over [begin, end) ranges that start off a 64-element boundary with
+// args->streaming on: every element of the range right, none outside written.
+void expect_ranges_with_streaming_on(const runtime::CompiledKernel& kernel) {
   const int64_t n = 5000;
   const KernelSpec spec = dense_spec("c8f32", c8_body(), {DType::f32, DType::f32}, {DType::f32}, {n});
   const Tensor x = random_tensor(DType::f32, {n}, 3), y = random_tensor(DType::f32, {n}, 4);
   const Tensor want = run_reference(spec, {&x, &y})[0];
-  const auto kernel = cache.get(spec);
   for (auto [begin, end] : {std::pair<int64_t, int64_t>{0, n}, {5, n}, {70, 4100}, {3, 9}, {64, 128}}) {
     Tensor out = Tensor::zeros({DType::f32, {n}});
     void* data[] = {const_cast<void*>(x.raw()), const_cast<void*>(y.raw()), out.raw()};
     const int64_t shape[] = {n}, strides[] = {1, 1, 1};
     const codegen::KernelArgs args{data, shape, strides, nullptr, nullptr, 1};
-    kernel->fn(begin, end, &args);
+    kernel.fn(begin, end, &args);
     for (int64_t i = 0; i < n; ++i) {
       if (i >= begin && i < end)
         ASSERT_TRUE(same_element(out, want, i)) << "range [" << begin << ", " << end << ") element " << i;
@@ -58,6 +56,23 @@ TEST(CodegenKernel, StreamingLoopMatchesReference) {
         ASSERT_EQ(out.data<float>()[i], 0.0f) << "range [" << begin << ", " << end << ") wrote element " << i;
     }
   }
+}
+
+TEST(CodegenKernel, StreamingLoopMatchesReference) {
+  // The launcher takes the streaming loop only for outputs past 32 MiB, and only the
+  // kernels of such specs have one: called directly, with it on.
+  runtime::KernelCache cache;
+  const KernelSpec spec = dense_spec("c8f32", c8_body(), {DType::f32, DType::f32}, {DType::f32}, {5000});
+  expect_ranges_with_streaming_on(*cache.get(streaming_sized(spec)));
+}
+
+TEST(CodegenKernel, KernelWithoutStreamingLoopIgnoresTheField) {
+  // A small spec's kernel has no streaming loop; args->streaming set anyway (the
+  // multi-tensor launcher sets it per group) must still run the plain one.
+  runtime::KernelCache cache;
+  const KernelSpec spec = dense_spec("c8f32", c8_body(), {DType::f32, DType::f32}, {DType::f32}, {5000});
+  ASSERT_FALSE(codegen::signature(spec).streams);
+  expect_ranges_with_streaming_on(*cache.get(spec));
 }
 
 TEST(CodegenKernel, BroadcastOperandsMatchReference) {

@@ -197,8 +197,8 @@ std::string reference_key(const codegen::KernelSignature& s) {
     case codegen::TileShape::narrow_columns: tile = fmt::format("|tc{}", s.tile_extent); break;
     case codegen::TileShape::narrow_rows: tile = fmt::format("|tr{}", s.tile_extent); break;
   }
-  return fmt::format("{}|r{}{}{}|p{}|in {}|out {}|flags {}|{}", ir::dtype_name(s.compute), s.rank,
-                     s.wide_index ? "w" : "", tile, s.num_params, fmt::join(in, " "), fmt::join(out, " "),
+  return fmt::format("{}|r{}{}{}{}|p{}|in {}|out {}|flags {}|{}", ir::dtype_name(s.compute), s.rank,
+                     s.wide_index ? "w" : "", s.streams ? "s" : "", tile, s.num_params, fmt::join(in, " "), fmt::join(out, " "),
                      fmt::join(fl, ";"), body);
 }
 
@@ -226,6 +226,29 @@ TEST(CodegenSpec, CacheKeySpellsEveryPieceAsItsFormatWould) {
   EXPECT_EQ(nchw_to_nhwc(1, 3, 5, 7).cache_key(), reference_key(codegen::signature(nchw_to_nhwc(1, 3, 5, 7))));
   EXPECT_NE(nchw_to_nhwc(1, 3, 5, 7).cache_key().find("|r4|tc3|p0|"), std::string::npos);
   EXPECT_NE(nchw_to_nhwc(1, 8, 5, 7).cache_key().find("|r4|ts|p0|"), std::string::npos);
+}
+
+TEST(CodegenSpec, OnlyOutputsPast32MiBStream) {
+  // The launcher streams outputs of more than kStreamingOutputBytes together; only such
+  // specs compile the streaming loops, and their key says so.
+  const int64_t limit_f32 = codegen::kStreamingOutputBytes / 4;
+  EXPECT_FALSE(codegen::signature(add_spec({limit_f32})).streams);
+  EXPECT_TRUE(codegen::signature(add_spec({limit_f32 + 1})).streams);
+  EXPECT_NE(add_spec({limit_f32}).cache_key(), add_spec({limit_f32 + 1}).cache_key());
+  EXPECT_NE(add_spec({limit_f32 + 1}).cache_key().find("|r0s|"), std::string::npos) << add_spec({limit_f32 + 1}).cache_key();
+  // Two f32 outputs of half the limit each pass it together.
+  ScalarBuilder b(2);
+  const auto sum = b.add(b.input(0), b.input(1));
+  const KernelSpec two = dense_spec("two", b.finish({sum, sum}), {DType::f32, DType::f32}, {DType::f32, DType::f32},
+                                    {limit_f32 / 2 + 1});
+  EXPECT_TRUE(codegen::signature(two).streams);
+  // A staged transpose over 16 M bf16 elements and one element more.
+  EXPECT_FALSE(codegen::signature(nchw_to_nhwc(1024, 64, 16, 16)).streams);
+  EXPECT_TRUE(codegen::signature(nchw_to_nhwc(1025, 64, 16, 16)).streams);
+  // A shape past any memory neither overflows nor fails.
+  EXPECT_TRUE(codegen::signature(add_spec({int64_t{1} << 62})).streams);
+  // Nothing to write, nothing to stream.
+  EXPECT_FALSE(codegen::signature(add_spec({0})).streams);
 }
 
 TEST(CodegenSpec, CacheKeySeesIndexWidth) {

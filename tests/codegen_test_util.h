@@ -2,6 +2,7 @@
 // comparing against the reference evaluator (runtime/scalar_eval.cpp) bit for bit.
 #pragma once
 
+#include "codegen/kernel_abi.h"
 #include "codegen/kernel_spec.h"
 #include "ir/error.h"
 #include "ir/lowp.h"
@@ -50,6 +51,22 @@ inline KernelSpec dense_spec(const std::string& name, ir::ScalarProgram body, co
   spec.num_params = num_params;
   spec.compute = ir::compute_type(all);
   spec.body = std::move(body);
+  return spec;
+}
+
+// The same spec over a leading extent large enough that its outputs pass
+// codegen::kStreamingOutputBytes, so that the kernel compiled for it has the streaming loops
+// (a small spec's has none; KernelSignature::streams). Its code is the small spec's
+// otherwise (flat kernels ignore the shape; a strided one keeps its stride classes, tile
+// and index width, which the caller's test checks), so tests call it directly with
+// args->streaming over the small spec's shape.
+inline KernelSpec streaming_sized(KernelSpec spec) {
+  int64_t output_element_bytes = 0;
+  for (const OperandSpec& o : spec.outputs) output_element_bytes += static_cast<int64_t>(ir::dtype_size(o.dtype));
+  const int64_t inner = spec.num_elements() / spec.shape.at(0);
+  spec.shape[0] = codegen::kStreamingOutputBytes / (output_element_bytes * inner) + 1;
+  const codegen::KernelSignature sig = codegen::signature(spec);
+  EXPECT_TRUE(sig.streams && !sig.wide_index) << spec.name << " over " << ir::shape_str(spec.shape);
   return spec;
 }
 

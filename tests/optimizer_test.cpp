@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -462,6 +463,40 @@ TEST(OptimizerMultiTensor, OneLaunchOverManyGroupsOfMixedDtypes) {
   groups[4].data[1] = nullptr;
   EXPECT_ERROR(run_multi_tensor({&axpy, 1}, groups, std::vector<double>{0.5}, {&flag, 1}, &pool, &cache),
                "group 4 operand 1 has no buffer");
+}
+
+// Groups that pass kLaunchStreamingBytes only together (the largest is under a tenth of
+// it): their variant's kernel is the one with the streaming loop, which aligned groups take
+// and a misaligned one leaves; both give exact results.
+TEST(OptimizerMultiTensor, GroupsPastTheStreamingLimitTogetherStream) {
+  ir::ScalarBuilder b(2);
+  const MultiTensorBody axpy{
+      .name = "scale", .num_inputs = 1, .num_outputs = 1, .num_params = 1,
+      .body = b.finish({b.mul(b.input(0), b.input(1))}), .flags = {}};
+  runtime::ThreadPool pool(2);
+  runtime::KernelCache cache;
+  std::mt19937 rng(5);
+  const int64_t n = 250007, count = runtime::kLaunchStreamingBytes / (4 * n) + 1;
+  std::vector<Tensor> in, out;
+  std::vector<MultiTensorGroup> groups;
+  for (int64_t i = 0; i < count; ++i) {
+    in.push_back(random_grad(DType::f32, n, rng, 4));
+    out.push_back(Tensor::zeros({DType::f32, {n + 1}}));
+    float* y = out.back().data<float>() + (i == 3 ? 1 : 0);  // group 3 off its 64-byte line
+    groups.push_back({.body = 0, .size = n, .dtypes = {DType::f32, DType::f32}, .data = {in.back().raw(), y}});
+  }
+  run_multi_tensor({&axpy, 1}, groups, std::vector<double>{0.5}, {}, &pool, &cache);
+  for (int64_t i = 0; i < count; ++i) {
+    const float* x = in[i].data<float>();
+    const float* y = out[i].data<float>() + (i == 3 ? 1 : 0);
+    for (int64_t k = 0; k < n; ++k) ASSERT_EQ(std::bit_cast<uint32_t>(y[k]), std::bit_cast<uint32_t>(x[k] * 0.5f)) << "group " << i << " element " << k;
+  }
+  const DType f32s[] = {DType::f32, DType::f32};
+  const codegen::KernelSpec launched = multi_tensor_spec(axpy, f32s, count * n);
+  EXPECT_TRUE(codegen::signature(launched).streams);
+  EXPECT_EQ(cache.stats().compilations, 1);
+  cache.get(launched);  // the kernel the launch compiled: found, not compiled again
+  EXPECT_EQ(cache.stats().compilations, 1);
 }
 
 }  // namespace

@@ -141,9 +141,10 @@ struct PlannerOptions {
   // takes in the nodes that add nothing to that count.
   //
   // The numbers come from bench/planner_bench.cpp's BM_CompileKernel (CPU time of one
-  // KernelCache::get, release build, LLVM 19 at O3; bench/README.md): any kernel costs
-  // 25-35 ms (a contiguous one is compiled as a plain and a streaming loop), and a kernel at
-  // one of these caps 50-80 ms.
+  // KernelCache::get, release build, LLVM 19 at O3; bench/README.md): any kernel cost
+  // 25-35 ms, and a kernel at one of these caps 50-80 ms, when these were set (every
+  // contiguous kernel was then compiled with a streaming loop too; now only those writing
+  // more than 32 MiB are, and the others take about half the time).
   //
   // Transcendental calls (ir::is_transcendental), most of a kernel's time, weighed in units
   // of one exp: exp, log, log1p and expm1 cost 10-15 ms each and count 1; tanh, erf and pow

@@ -16,7 +16,8 @@ namespace {
 struct Variant {
   int body;
   std::vector<ir::DType> dtypes;
-  int64_t max_size = 0;
+  int64_t size = 0;          // elements of its groups together
+  int64_t output_bytes = 0;  // what its groups write: past kLaunchStreamingBytes, it streams
   std::shared_ptr<const runtime::CompiledKernel> kernel;
 };
 
@@ -53,7 +54,8 @@ codegen::KernelSpec multi_tensor_spec(const MultiTensorBody& body, std::span<con
   codegen::KernelSpec s;
   s.name = body.name;
   // At least 2 elements: an extent of 1 would make every operand a broadcast scalar and give
-  // another cache key (and a compile) for nothing. The size decides only the index width.
+  // another cache key (and a compile) for nothing. The size decides only whether the
+  // kernel has streaming loops (KernelSignature::streams).
   s.shape = {std::max<int64_t>(size, 2)};
   for (int k = 0; k < body.num_inputs + body.num_outputs; ++k) {
     codegen::OperandSpec o{(k < body.num_inputs ? "in" : "out") +
@@ -81,14 +83,17 @@ void run_multi_tensor(std::span<const MultiTensorBody> bodies, std::span<const M
     if (g.size == 0) continue;
     auto it = std::find_if(variants.begin(), variants.end(),
                            [&](const Variant& v) { return v.body == g.body && v.dtypes == g.dtypes; });
-    if (it == variants.end()) it = variants.insert(variants.end(), Variant{g.body, g.dtypes, 0, nullptr});
-    it->max_size = std::max(it->max_size, g.size);
+    if (it == variants.end()) it = variants.insert(variants.end(), Variant{g.body, g.dtypes, 0, 0, nullptr});
+    it->size += g.size;
+    const MultiTensorBody& b = bodies[g.body];
+    for (int k = b.num_inputs; k < b.num_inputs + b.num_outputs; ++k)
+      it->output_bytes += g.size * static_cast<int64_t>(ir::dtype_size(g.dtypes[k]));
     variant_of[i] = static_cast<int>(it - variants.begin());
   }
   if (variants.empty()) return;
   runtime::KernelCache& kc = cache ? *cache : runtime::KernelCache::global();
   for (Variant& v : variants) {
-    const codegen::KernelSpec spec = multi_tensor_spec(bodies[v.body], v.dtypes, v.max_size);
+    const codegen::KernelSpec spec = multi_tensor_spec(bodies[v.body], v.dtypes, v.size);
     v.kernel = kc.get(spec);
   }
 
@@ -100,36 +105,31 @@ void run_multi_tensor(std::span<const MultiTensorBody> bodies, std::span<const M
 
   std::vector<Piece> pieces;
   pieces.reserve(groups.size());
-  int64_t total = 0, output_bytes = 0;
+  int64_t total = 0;
   for (size_t i = 0; i < groups.size(); ++i) {
     const MultiTensorGroup& g = groups[i];
     if (g.size == 0) continue;
     const MultiTensorBody& b = bodies[g.body];
+    const Variant& v = variants[variant_of[i]];
+    // Non-temporal stores where the variant's outputs together pass kLaunchStreamingBytes
+    // (its spec's size is their sum, so its kernel has the streaming loop) and this group's
+    // are 64-byte aligned.
+    bool streaming = v.output_bytes > runtime::kLaunchStreamingBytes;
     for (int k = b.num_inputs; k < b.num_inputs + b.num_outputs; ++k)
-      output_bytes += g.size * static_cast<int64_t>(ir::dtype_size(g.dtypes[k]));
+      streaming &= reinterpret_cast<uintptr_t>(g.data[k]) % runtime::kLaunchStreamingAlign == 0;
     Piece p;
     p.begin = total;
     p.size = g.size;
-    p.fn = variants[variant_of[i]].kernel->fn;
+    p.fn = v.kernel->fn;
     p.args = {.data = g.data.data(),
               .shape = &g.size,
               .strides = unit_strides.data(),
               .params = params.data(),
               .flags = flags.data(),
-              .streaming = 0};
+              .streaming = streaming ? 1 : 0};
     pieces.push_back(p);
     total += (g.size + runtime::kLaunchChunkAlign - 1) / runtime::kLaunchChunkAlign * runtime::kLaunchChunkAlign;
   }
-  if (output_bytes > runtime::kLaunchStreamingBytes)
-    for (size_t j = 0, i = 0; i < groups.size(); ++i) {
-      const MultiTensorGroup& g = groups[i];
-      if (g.size == 0) continue;
-      const MultiTensorBody& b = bodies[g.body];
-      bool aligned = true;
-      for (int k = b.num_inputs; k < b.num_inputs + b.num_outputs; ++k)
-        aligned &= reinterpret_cast<uintptr_t>(g.data[k]) % runtime::kLaunchStreamingAlign == 0;
-      pieces[j++].args.streaming = aligned ? 1 : 0;
-    }
 
   runtime::ThreadPool& tp = pool ? *pool : runtime::ThreadPool::global();
   tp.parallel_for(

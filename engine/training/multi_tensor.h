@@ -71,8 +71,9 @@ void run_multi_tensor(std::span<const MultiTensorBody> bodies, std::span<const M
                       std::span<const double> params, std::span<int32_t> flags, runtime::ThreadPool* pool = nullptr,
                       runtime::KernelCache* cache = nullptr);
 
-// The KernelSpec run for a group whose largest tensor of this (body, dtypes) has `size`
-// elements: flat, contiguous, compute type from the dtypes. Exposed for tests and dumps.
+// The KernelSpec run for the groups of one (body, dtypes), which have `size` elements
+// together: flat, contiguous, compute type from the dtypes; with streaming loops when
+// their outputs pass runtime::kLaunchStreamingBytes. Exposed for tests and dumps.
 codegen::KernelSpec multi_tensor_spec(const MultiTensorBody& body, std::span<const ir::DType> dtypes, int64_t size);
 
 }  // namespace ampfuse::engine
