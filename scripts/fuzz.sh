@@ -28,6 +28,10 @@ FUZZ_ROW_GRAPHS=${FUZZ_ROW_GRAPHS:-100000}
 FUZZ_SEED=${FUZZ_SEED:-2001}
 FUZZ_JOBS=${FUZZ_JOBS:-$(nproc)}
 FUZZ_GRAPHS_PER_PROCESS=${FUZZ_GRAPHS_PER_PROCESS:-10000}
+if ! [[ "$FUZZ_GRAPHS_PER_PROCESS" =~ ^[1-9][0-9]*$ ]]; then
+  echo "fuzz: FUZZ_GRAPHS_PER_PROCESS=$FUZZ_GRAPHS_PER_PROCESS: must be a whole number of at least 1" >&2
+  exit 2
+fi
 FUZZ_TARGETS=${FUZZ_TARGETS-mxnet_json text_ir npy mxnet_params}
 
 if [ -n "$FUZZ_TARGETS" ]; then
@@ -68,7 +72,7 @@ fi
 # run_job FIRST COUNT LOG [FLAG]: `ampfuse fuzz [FLAG]` over COUNT seeds from FIRST, in
 # processes of at most FUZZ_GRAPHS_PER_PROCESS graphs one after the other, appended to LOG;
 # stops at the first that fails. A process keeps every kernel it compiled, about two memory
-# maps each, and past about 33,000 kernels (25,000 graphs) Linux's limit on a process's
+# maps each, and past about 34,000 kernels (40,000 graphs) Linux's limit on a process's
 # maps (vm.max_map_count, 65530 by default) made the JIT fail and the process crash.
 run_job() {
   local first=$1 count=$2 log=$3 flag=${4:-} n
