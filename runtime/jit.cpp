@@ -5,6 +5,7 @@
 #include "ir/special_functions.h"
 #include "runtime/fault_injection.h"
 #include "runtime/disk_cache.h"
+#include "runtime/memory_maps.h"
 
 #include <llvm/Config/llvm-config.h>
 #include <llvm/ExecutionEngine/Orc/CompileUtils.h>
@@ -20,6 +21,7 @@
 #include <ampfuse/version.h>
 
 #include <mutex>
+#include <vector>
 
 namespace ampfuse::runtime {
 
@@ -45,7 +47,49 @@ struct Jit::Impl {
   std::string identity;
   int64_t modules = 0;
   int64_t dylibs = 0;
+  int64_t loaded = 0;  // objects in the session, released ones not yet removed included
+  JitMapBudget maps{jit_map_limit()};
+  // Libraries whose JitCode owners are all gone: removed by the next compile or load, under
+  // `mutex` and never from the owner's destructor, which may run on any thread, inside a
+  // caller's lock, or at exit after LLVM's own statics are gone.
+  std::mutex released_mutex;
+  std::vector<llvm::orc::JITDylib*> released;
+
+  void remove_released();
+  void refuse_near_map_cap(const char* doing, const std::string& symbol);
+  void remove_library(llvm::orc::JITDylib& lib);
 };
+
+void Jit::Impl::remove_released() {
+  std::vector<llvm::orc::JITDylib*> libs;
+  {
+    std::lock_guard lock(released_mutex);
+    libs.swap(released);
+  }
+  if (libs.empty()) return;
+  loaded -= static_cast<int64_t>(libs.size());
+  std::vector<llvm::orc::JITDylibSP> held(libs.begin(), libs.end());
+  if (llvm::Error e = jit->getExecutionSession().removeJITDylibs(std::move(held))) {
+    static std::once_flag warned;
+    std::string text = message(std::move(e));
+    std::call_once(warned, [&] {
+      fmt::print(stderr, "ampfuse: warning: LLVM JIT: removing the code of released kernels: {}\n", text);
+    });
+  }
+}
+
+void Jit::Impl::remove_library(llvm::orc::JITDylib& lib) {
+  if (llvm::Error e = jit->getExecutionSession().removeJITDylib(lib)) llvm::consumeError(std::move(e));
+}
+
+void Jit::Impl::refuse_near_map_cap(const char* doing, const std::string& symbol) {
+  int64_t count = -1;
+  if (maps.allows_load(&count)) return;
+  fail("LLVM JIT: not {} '{}': the process holds {} memory maps and the JIT loads code only below {} ({} objects "
+       "loaded; vm.max_map_count is {}); let go of executables no longer used, or raise the limit "
+       "(AMPFUSE_JIT_MAX_MAPS, or the system's vm.max_map_count)",
+       doing, symbol, count, maps.limit(), loaded, system_max_map_count());
+}
 
 Jit::Jit() : impl_(std::make_unique<Impl>()) {
   const codegen::JitTarget& target = codegen::jit_target();  // initializes LLVM's native target
@@ -96,7 +140,7 @@ Jit& Jit::global() {
   return *jit;
 }
 
-void* Jit::compile(codegen::LlvmModule module) {
+JitCode Jit::compile(codegen::LlvmModule module) {
   const std::string symbol = module.symbol;
   return load_object(emit_object(std::move(module)), symbol);
 }
@@ -104,6 +148,9 @@ void* Jit::compile(codegen::LlvmModule module) {
 std::string Jit::emit_object(codegen::LlvmModule module) {
   std::lock_guard lock(impl_->mutex);
   const std::string symbol = module.symbol;
+  impl_->remove_released();
+  // LLVM allocates freely while compiling and aborts when an allocation fails.
+  impl_->refuse_near_map_cap("compiling", symbol);
   if (fault_strikes(Fault::compile))
     fail("LLVM JIT: compiling module '{}': compilation failed {}", symbol, injected_fault_note());
   auto object = (*impl_->compiler)(*module.module);
@@ -111,21 +158,44 @@ std::string Jit::emit_object(codegen::LlvmModule module) {
   return std::string((*object)->getBuffer());
 }
 
-void* Jit::load_object(std::string_view object, const std::string& symbol) {
+JitCode Jit::load_object(std::string_view object, const std::string& symbol) {
   std::lock_guard lock(impl_->mutex);
+  impl_->remove_released();
+  impl_->refuse_near_map_cap("loading", symbol);
   // A library of its own per object: objects from the disk cache were named by the process
-  // that compiled them, so their symbols may repeat ours. It links against main (the
-  // helpers, the C library).
+  // that compiled them, so their symbols may repeat ours; and a library is what the JIT
+  // removes when the object's owner is gone. It links against main (the helpers, the C
+  // library).
   auto created = impl_->jit->createJITDylib(fmt::format("ampfuse_object_{}", impl_->dylibs++));
   if (!created) fail("LLVM JIT: creating a library for '{}': {}", symbol, message(created.takeError()));
   llvm::orc::JITDylib& lib = *created;
   lib.addToLinkOrder(impl_->jit->getMainJITDylib());
   auto buffer = llvm::MemoryBuffer::getMemBufferCopy(llvm::StringRef(object.data(), object.size()), symbol);
-  if (llvm::Error e = impl_->jit->addObjectFile(lib, std::move(buffer)))
+  if (llvm::Error e = impl_->jit->addObjectFile(lib, std::move(buffer))) {
+    impl_->remove_library(lib);
     fail("LLVM JIT: adding the object of '{}': {}", symbol, message(std::move(e)));
-  const llvm::orc::ExecutorAddr address = take(impl_->jit->lookup(lib, symbol), "lookup");
+  }
+  auto address = impl_->jit->lookup(lib, symbol);
+  if (!address) {
+    std::string why = message(address.takeError());
+    impl_->remove_library(lib);
+    fail("LLVM JIT: lookup: {}", why);
+  }
   ++impl_->modules;
-  return address.toPtr<void*>();
+  ++impl_->loaded;
+  impl_->maps.loaded();
+  Impl* impl = impl_.get();  // the JIT is never destroyed (global())
+  JitCode code;
+  code.address = address->toPtr<void*>();
+  code.owner = std::shared_ptr<const void>(&lib, [impl](const void* library) noexcept {
+    try {
+      std::lock_guard released_lock(impl->released_mutex);
+      impl->released.push_back(static_cast<llvm::orc::JITDylib*>(const_cast<void*>(library)));
+    } catch (...) {
+      // No memory to note it: the code stays loaded, which is safe.
+    }
+  });
+  return code;
 }
 
 const std::string& Jit::identity() const { return impl_->identity; }
@@ -133,6 +203,11 @@ const std::string& Jit::identity() const { return impl_->identity; }
 int64_t Jit::modules() const {
   std::lock_guard lock(impl_->mutex);
   return impl_->modules;
+}
+
+int64_t Jit::loaded_objects() const {
+  std::lock_guard lock(impl_->mutex);
+  return impl_->loaded;
 }
 
 }  // namespace ampfuse::runtime

@@ -4,8 +4,12 @@
 #include "codegen/llvm_target.h"
 #include "ir/error.h"
 #include "runtime/jit.h"
+#include "runtime/memory_maps.h"
 
+#include <algorithm>
 #include <atomic>
+#include <cerrno>
+#include <cstdlib>
 #include <chrono>
 #include <condition_variable>
 #include <optional>
@@ -13,6 +17,8 @@
 namespace ampfuse::runtime {
 
 struct KernelCache::Entry {
+  std::list<std::string>::iterator recency;  // under KernelCache::mutex_
+  bool compiled = false;                     // under KernelCache::mutex_: may be evicted
   std::mutex mutex;
   std::condition_variable ready_cv;
   bool ready = false;
@@ -53,8 +59,9 @@ std::shared_ptr<const CompiledKernel> jit_compile(const codegen::KernelSpec& spe
       try {
         if (nul == std::string::npos) fail("no symbol name");
         kernel->symbol = payload->substr(0, nul);
-        kernel->fn = reinterpret_cast<codegen::KernelFn>(
-            jit.load_object(std::string_view(*payload).substr(nul + 1), kernel->symbol));
+        JitCode code = jit.load_object(std::string_view(*payload).substr(nul + 1), kernel->symbol);
+        kernel->fn = reinterpret_cast<codegen::KernelFn>(code.address);
+        kernel->code = std::move(code.owner);
         kernel->from_disk = true;
       } catch (const Error& e) {
         // A whole entry (its checksum held) whose object does not link: written by a
@@ -67,7 +74,9 @@ std::shared_ptr<const CompiledKernel> jit_compile(const codegen::KernelSpec& spe
   if (!kernel->from_disk) {
     kernel->symbol = next_symbol();
     std::string object = jit.emit_object(codegen::build_kernel_module(spec, kernel->symbol));
-    kernel->fn = reinterpret_cast<codegen::KernelFn>(jit.load_object(object, kernel->symbol));
+    JitCode code = jit.load_object(object, kernel->symbol);
+    kernel->fn = reinterpret_cast<codegen::KernelFn>(code.address);
+    kernel->code = std::move(code.owner);
     if (disk) disk->store(disk_key, pack(kernel->symbol, object));  // only what linked
   } else {
     count_disk_load_on_this_thread();
@@ -77,11 +86,32 @@ std::shared_ptr<const CompiledKernel> jit_compile(const codegen::KernelSpec& spe
   return kernel;
 }
 
+int64_t kernels_in_memory() {
+  static const int64_t count = [] {
+    const char* env = std::getenv("AMPFUSE_KERNELS_IN_MEMORY");
+    if (!env || !*env) {
+      // Each kernel holds about two maps: keep the cache's to a quarter of the JIT's limit.
+      const int64_t limit = jit_map_limit();
+      if (limit < 0) return kDefaultKernelsInMemory;
+      return std::clamp(limit / 8, kMinDefaultKernelsInMemory, kDefaultKernelsInMemory);
+    }
+    char* end = nullptr;
+    errno = 0;
+    const long long v = std::strtoll(env, &end, 10);
+    if (*end != '\0' || errno == ERANGE || v < 1 || v > (int64_t{1} << 31))
+      fail("AMPFUSE_KERNELS_IN_MEMORY='{}' is not a kernel count from 1 to 2147483648", env);
+    return static_cast<int64_t>(v);
+  }();
+  return count;
+}
+
 KernelCache::KernelCache() : KernelCache(DiskCache::process()) {}
 KernelCache::KernelCache(DiskCache* disk)
     : KernelCache([disk](const codegen::KernelSpec& spec, std::string key) { return jit_compile(spec, std::move(key), disk); }) {}
-KernelCache::KernelCache(Compiler compile)
-    : compile_(std::move(compile)), target_tag_(codegen::jit_target().cache_tag) {}
+KernelCache::KernelCache(Compiler compile, int64_t capacity)
+    : compile_(std::move(compile)), target_tag_(codegen::jit_target().cache_tag), capacity_(std::max<int64_t>(1, capacity)) {
+  jit_map_limit();  // a malformed AMPFUSE_JIT_MAX_MAPS is an error now, not a failure of every compile
+}
 
 KernelCache& KernelCache::global() {
   static KernelCache* cache = new KernelCache();  // never destroyed, like the code it points to
@@ -90,15 +120,22 @@ KernelCache& KernelCache::global() {
 
 std::shared_ptr<const CompiledKernel> KernelCache::get(const codegen::KernelSpec& spec, bool* compiled_now) {
   std::string key = target_tag_ + '|' + spec.cache_key();  // validates the spec
+  if (compiled_now) *compiled_now = false;
   std::shared_ptr<Entry> entry;
   bool first = false;
   {
     std::lock_guard lock(mutex_);
     auto [it, inserted] = entries_.try_emplace(key);
-    if (inserted) it->second = std::make_shared<Entry>();
+    if (inserted) {
+      it->second = std::make_shared<Entry>();
+      recency_.push_front(key);
+      it->second->recency = recency_.begin();
+    } else {
+      ++stats_.hits;
+      recency_.splice(recency_.begin(), recency_, it->second->recency);
+    }
     entry = it->second;
     first = inserted;
-    if (!inserted) ++stats_.hits;
   }
   if (first) {
     std::shared_ptr<const CompiledKernel> kernel;
@@ -114,8 +151,11 @@ std::shared_ptr<const CompiledKernel> KernelCache::get(const codegen::KernelSpec
         ++stats_.compilations;
         stats_.disk_loads += kernel->from_disk;
         stats_.compile_seconds += kernel->compile_seconds;
+        entry->compiled = true;
+        evict_past_capacity();
       } else {
         ++stats_.failures;
+        recency_.erase(entry->recency);
         entries_.erase(key);  // the next request compiles again; waiters still see this error
       }
     }
@@ -132,6 +172,24 @@ std::shared_ptr<const CompiledKernel> KernelCache::get(const codegen::KernelSpec
   entry->ready_cv.wait(lock, [&] { return entry->ready; });
   if (entry->error) throw Error(*entry->error);
   return entry->kernel;
+}
+
+void KernelCache::evict_past_capacity() {
+  // From the least recently used end; compiles in flight stay (their requests wait on them).
+  auto position = recency_.end();
+  while (static_cast<int64_t>(entries_.size()) > capacity_ && position != recency_.begin()) {
+    --position;
+    const auto found = entries_.find(*position);
+    if (!found->second->compiled) continue;
+    entries_.erase(found);
+    position = recency_.erase(position);
+    ++stats_.evictions;
+  }
+}
+
+int64_t KernelCache::size() const {
+  std::lock_guard lock(mutex_);
+  return static_cast<int64_t>(entries_.size());
 }
 
 KernelCacheStats KernelCache::stats() const {

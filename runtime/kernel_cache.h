@@ -6,6 +6,12 @@
 // lookup computes the key and searches a hash map: microseconds. Concurrent requests for
 // one missing key compile it once; the others wait for that compile.
 //
+// The cache keeps the most recently used kernels, AMPFUSE_KERNELS_IN_MEMORY of them
+// (kernels_in_memory()), and lets go of older ones: their code leaves the process once no
+// executable holds them either (runtime/jit.h), so a process that compiles ever new kernels
+// (a server, the fuzzer) does not accumulate code until Linux's cap on memory maps stops
+// it. A kernel asked for again after that is compiled again, or loaded from the disk cache.
+//
 // Behind the map, the JIT's compiler (jit_compile) asks the disk cache (runtime/disk_cache.h,
 // AMPFUSE_CACHE_DIR) first: a kernel another process compiled is loaded from its object
 // file, with no LLVM optimization or code generation.
@@ -18,6 +24,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <list>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -28,6 +35,7 @@ namespace ampfuse::runtime {
 
 struct CompiledKernel {
   codegen::KernelFn fn = nullptr;
+  std::shared_ptr<const void> code;  // keeps fn's machine code loaded (JitCode::owner)
   std::string key;  // "<target cache tag>|<spec cache key>"
   std::string symbol;
   double compile_seconds = 0;  // emit + optimize + machine code (or the disk load)
@@ -39,8 +47,17 @@ struct KernelCacheStats {
   int64_t disk_loads = 0;    // of those, loaded from the disk cache
   int64_t hits = 0;          // found in memory
   int64_t failures = 0;
+  int64_t evictions = 0;     // kernels let go of, the least recently used past the capacity
   double compile_seconds = 0;
 };
+
+inline constexpr int64_t kDefaultKernelsInMemory = 4096;
+inline constexpr int64_t kMinDefaultKernelsInMemory = 64;
+
+// AMPFUSE_KERNELS_IN_MEMORY when set (an Error naming it unless a count from 1 to 2^31),
+// else kDefaultKernelsInMemory, or an eighth of the JIT's map limit (jit_map_limit()) when
+// that is less (but at least kMinDefaultKernelsInMemory). Read once.
+int64_t kernels_in_memory();
 
 class KernelCache {
  public:
@@ -48,30 +65,39 @@ class KernelCache {
   using Compiler = std::function<std::shared_ptr<const CompiledKernel>(const codegen::KernelSpec&, std::string key)>;
 
   // Compiles for codegen::jit_target(): throws its Error when AMPFUSE_CPU is unknown or
-  // names a level this CPU cannot run, before any kernel is asked for. Without an argument
-  // with the process's disk cache (DiskCache::process()); `disk` null: none.
+  // names a level this CPU cannot run, and AMPFUSE_JIT_MAX_MAPS's Error when it is
+  // malformed (runtime/memory_maps.h), before any kernel is asked for. Without an argument
+  // with the process's disk cache (DiskCache::process()); `disk` null: none. Keeps
+  // `capacity` kernels (at least 1).
   KernelCache();
   explicit KernelCache(DiskCache* disk);
-  explicit KernelCache(Compiler compile);
+  explicit KernelCache(Compiler compile, int64_t capacity = kernels_in_memory());
   KernelCache(const KernelCache&) = delete;
   KernelCache& operator=(const KernelCache&) = delete;
 
   static KernelCache& global();
 
   // The kernel for spec's signature, compiled on first request (then *compiled_now is
-  // set, whether LLVM compiled it or the disk cache had it: CompiledKernel::from_disk). Throws ampfuse::Error for an invalid spec or when compilation fails; requests
+  // true, whether LLVM compiled it or the disk cache had it: CompiledKernel::from_disk;
+  // false when found in memory). Throws ampfuse::Error for an invalid spec or when
+  // compilation fails; requests
   // waiting for that compile get the same error, and a later request tries again (a
   // failure may be passing: out of memory, a full disk).
   std::shared_ptr<const CompiledKernel> get(const codegen::KernelSpec& spec, bool* compiled_now = nullptr);
 
   KernelCacheStats stats() const;
+  int64_t size() const;  // kernels held, compiles in flight included
 
  private:
   struct Entry;
+  void evict_past_capacity();  // with mutex_ held
+
   Compiler compile_;
   const std::string target_tag_;
+  const int64_t capacity_;
   mutable std::mutex mutex_;
   std::unordered_map<std::string, std::shared_ptr<Entry>> entries_;
+  std::list<std::string> recency_;  // entries_' keys, the most recently used first
   KernelCacheStats stats_;
 };
 

@@ -192,5 +192,53 @@ TEST(CliFuzz, CountAndSeedMustBeInRange) {
   expect_clean_error(run_cli("fuzz --seed 9223372036854775807 --count 2"), "the last seed would pass 2^63 - 1");
 }
 
+// Linux caps a process's memory maps (vm.max_map_count) and every loaded kernel costs about
+// two. A process that compiles more kernels than its map limit allows runs clean because the
+// kernel cache lets go of old kernels and the JIT removes their code; without that bound the
+// same run reaches the limit and each kernel past it falls back with a clear error instead
+// of the crash it was (LLVM aborting, malloc failing). The limit is lowered
+// (AMPFUSE_JIT_MAX_MAPS) to a few hundred maps above the process's own.
+TEST(CliFuzz, CompilingPastTheMapLimitRunsCleanWithBoundedKernels) {
+  const std::string env = "AMPFUSE_CACHE_DIR=0 AMPFUSE_STRICT=0";
+  const CliResult probe = run_shell(fmt::format("{} AMPFUSE_JIT_MAX_MAPS=1 '{}' fuzz --seed 1000 --count 1", env,
+                                                AMPFUSE_CLI_PATH));
+  EXPECT_EQ(probe.status, 1);
+  const std::string said = "the process holds ";
+  const size_t at = probe.out.find(said);
+  ASSERT_NE(at, std::string::npos) << probe.out << probe.err;
+  EXPECT_NE(probe.out.find("memory maps and the JIT loads code only below 1 (0 objects loaded"), std::string::npos)
+      << probe.out;
+  const int64_t own_maps = std::stoll(probe.out.substr(at + said.size()));
+  // Room for about 100 kernels; 200 graphs compile about 260.
+  const std::string run = fmt::format("{} AMPFUSE_JIT_MAX_MAPS={} '{}' fuzz --seed 1000 --count 200", env,
+                                      own_maps + 200, AMPFUSE_CLI_PATH);
+  const CliResult bounded = run_shell("AMPFUSE_KERNELS_IN_MEMORY=8 " + run);
+  EXPECT_EQ(bounded.status, 0) << bounded.out.substr(0, 4000) << bounded.err;
+  EXPECT_NE(bounded.out.find("200 graphs (seeds 1000-1199), "), std::string::npos) << bounded.out;
+  EXPECT_NE(bounded.out.find(" 0 failed"), std::string::npos) << bounded.out;
+  const CliResult unbounded = run_shell("AMPFUSE_KERNELS_IN_MEMORY=100000 " + run);
+  EXPECT_EQ(unbounded.status, 1) << "a process holding every kernel should have reached the limit";
+  // Every failure is a refused kernel that fell back, never a wrong result.
+  std::istringstream lines(unbounded.out);
+  int failures = 0;
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("FAIL ", 0) != 0) continue;
+    ++failures;
+    EXPECT_NE(line.find(": a kernel fell back to the interpreter: "), std::string::npos) << line;
+    EXPECT_NE(line.find("memory maps and the JIT loads code only below"), std::string::npos) << line;
+  }
+  EXPECT_GT(failures, 0);
+}
+
+TEST(CliFuzz, MalformedKernelAndMapLimitsAreErrors) {
+  for (const char* value : {"0", "-3", "x", "12k", "99999999999999999999"}) {
+    expect_clean_error(run_shell(fmt::format("AMPFUSE_JIT_MAX_MAPS={} '{}' fuzz --count 1", value, AMPFUSE_CLI_PATH)),
+                       fmt::format("AMPFUSE_JIT_MAX_MAPS='{}' is not a map count of at least 1", value));
+    expect_clean_error(
+        run_shell(fmt::format("AMPFUSE_KERNELS_IN_MEMORY={} '{}' run --repeat 1", value, AMPFUSE_CLI_PATH)),
+        fmt::format("AMPFUSE_KERNELS_IN_MEMORY='{}' is not a kernel count from 1 to 2147483648", value));
+  }
+}
+
 }  // namespace
 }  // namespace ampfuse

@@ -2,6 +2,7 @@
 #include "codegen/llvm_emitter.h"
 #include "codegen_test_util.h"
 #include "runtime/jit.h"
+#include "runtime/memory_maps.h"
 #include "runtime/thread_pool.h"
 #include "test_util.h"
 
@@ -34,9 +35,8 @@ std::vector<float> call(codegen::KernelFn fn, std::vector<float> x) {
 TEST(Jit, CompilesAModuleToCallableCode) {
   const KernelSpec spec = dense_spec("affine", affine_body(2, 1), {DType::f32}, {DType::f32}, {3});
   const int64_t before = runtime::Jit::global().modules();
-  auto fn = reinterpret_cast<codegen::KernelFn>(
-      runtime::Jit::global().compile(codegen::build_kernel_module(spec, "jit_test_affine")));
-  EXPECT_EQ(call(fn, {1, 2, -3}), (std::vector<float>{3, 5, -5}));
+  const runtime::JitCode code = runtime::Jit::global().compile(codegen::build_kernel_module(spec, "jit_test_affine"));
+  EXPECT_EQ(call(reinterpret_cast<codegen::KernelFn>(code.address), {1, 2, -3}), (std::vector<float>{3, 5, -5}));
   EXPECT_EQ(runtime::Jit::global().modules(), before + 1);
 }
 
@@ -44,8 +44,8 @@ TEST(Jit, ResolvesTheCLibraryForF64Functions) {
   ScalarBuilder b(1);
   const KernelSpec spec = dense_spec("exp64", b.finish({b.unary(ScalarOp::exp, b.input(0))}), {DType::f64},
                                      {DType::f64}, {3});
-  auto fn = reinterpret_cast<codegen::KernelFn>(
-      runtime::Jit::global().compile(codegen::build_kernel_module(spec, "jit_test_exp64")));
+  const runtime::JitCode code = runtime::Jit::global().compile(codegen::build_kernel_module(spec, "jit_test_exp64"));
+  auto fn = reinterpret_cast<codegen::KernelFn>(code.address);
   double x[] = {0.5, -3.25, 700.0}, y[3] = {};
   void* data[] = {x, y};
   const int64_t shape[] = {3}, strides[] = {1, 1};
@@ -67,12 +67,39 @@ TEST(Jit, CompilesFromSeveralThreadsAtOnce) {
   for (int t = 0; t < 4; ++t)
     threads.emplace_back([t, &results] {
       const KernelSpec spec = dense_spec("affine", affine_body(t, 0.5), {DType::f32}, {DType::f32}, {2});
-      auto fn = reinterpret_cast<codegen::KernelFn>(runtime::Jit::global().compile(
-          codegen::build_kernel_module(spec, fmt::format("jit_test_thread{}", t))));
-      results[t] = call(fn, {1, 2});
+      const runtime::JitCode code =
+          runtime::Jit::global().compile(codegen::build_kernel_module(spec, fmt::format("jit_test_thread{}", t)));
+      results[t] = call(reinterpret_cast<codegen::KernelFn>(code.address), {1, 2});
     });
   for (std::thread& t : threads) t.join();
   for (int t = 0; t < 4; ++t) EXPECT_EQ(results[t], (std::vector<float>{t + 0.5f, 2 * t + 0.5f})) << t;
+}
+
+// Code is owned: the JIT removes an object (unmapping its memory) once nothing holds it, at
+// its next load, so that a process loading ever new kernels keeps a bounded number of maps.
+TEST(Jit, CodeLeavesTheProcessAfterItsLastOwner) {
+  runtime::Jit& jit = runtime::Jit::global();
+  const KernelSpec spec = dense_spec("affine", affine_body(3, 1), {DType::f32}, {DType::f32}, {3});
+  const std::string object = jit.emit_object(codegen::build_kernel_module(spec, "jit_test_owned"));
+  const int64_t objects_before = jit.loaded_objects();
+  const int64_t maps_before = runtime::process_map_count();
+  for (int i = 0; i < 1000; ++i) {
+    const runtime::JitCode code = jit.load_object(object, "jit_test_owned");
+    ASSERT_EQ(call(reinterpret_cast<codegen::KernelFn>(code.address), {1}), std::vector<float>{4}) << i;
+  }
+  EXPECT_LE(jit.loaded_objects(), objects_before + 1) << "the last one is removed at the next load";
+  EXPECT_LT(runtime::process_map_count(), maps_before + 20);
+  // Held, they stay: about two maps each (code and constants).
+  std::vector<runtime::JitCode> held;
+  for (int i = 0; i < 200; ++i) held.push_back(jit.load_object(object, "jit_test_owned"));
+  EXPECT_EQ(jit.loaded_objects(), objects_before + 200);
+  EXPECT_GE(runtime::process_map_count(), maps_before + 100);
+  for (const runtime::JitCode& code : held)
+    ASSERT_EQ(call(reinterpret_cast<codegen::KernelFn>(code.address), {2}), std::vector<float>{7});
+  held.clear();
+  const runtime::JitCode last = jit.load_object(object, "jit_test_owned");
+  EXPECT_EQ(jit.loaded_objects(), objects_before + 1);
+  EXPECT_LT(runtime::process_map_count(), maps_before + 20);
 }
 
 TEST(JitThreadPool, CoversTheRangeExactlyOnceInAlignedChunks) {
@@ -256,6 +283,46 @@ TEST(KernelCache, InvalidSpecIsAnErrorAndNotACompile) {
   EXPECT_ERROR(cache.get(spec), "kernel 'broken': input 0 'in0' has 2 strides for rank 1");
   EXPECT_EQ(cache.stats().compilations, 0);
   EXPECT_EQ(cache.stats().failures, 0);
+}
+
+runtime::KernelCache::Compiler jit_without_disk() {
+  return [](const KernelSpec& spec, std::string key) { return runtime::jit_compile(spec, std::move(key)); };
+}
+
+TEST(KernelCache, KeepsTheMostRecentlyUsedUpToItsCapacity) {
+  runtime::KernelCache cache(jit_without_disk(), 2);
+  const KernelSpec a = dense_spec("a", affine_body(2, 1), {DType::f32}, {DType::f32}, {4});
+  const KernelSpec b = dense_spec("b", affine_body(3, 1), {DType::f32}, {DType::f32}, {4});
+  const KernelSpec c = dense_spec("c", affine_body(4, 1), {DType::f32}, {DType::f32}, {4});
+  cache.get(a);
+  const auto b_kernel = cache.get(b);
+  cache.get(a);  // a is now the most recently used: c pushes b out
+  cache.get(c);
+  EXPECT_EQ(cache.size(), 2);
+  EXPECT_EQ(cache.stats().evictions, 1);
+  bool compiled_now = true;
+  cache.get(a, &compiled_now);
+  EXPECT_FALSE(compiled_now);
+  cache.get(b, &compiled_now);
+  EXPECT_TRUE(compiled_now) << "b was let go of";
+  EXPECT_EQ(cache.stats().compilations, 4);
+  EXPECT_EQ(cache.stats().evictions, 2);  // c, the least recently used then
+  // An evicted kernel that a caller still holds keeps its code, through later loads.
+  cache.get(c);
+  EXPECT_EQ(call(b_kernel->fn, {1, 2}), (std::vector<float>{4, 7}));
+}
+
+TEST(KernelCache, EvictedKernelsLeaveTheProcess) {
+  runtime::Jit& jit = runtime::Jit::global();
+  runtime::KernelCache cache(jit_without_disk(), 3);
+  const int64_t before = jit.loaded_objects();
+  for (int i = 0; i < 30; ++i) {
+    const auto kernel = cache.get(dense_spec("k", affine_body(i + 2, 1), {DType::f32}, {DType::f32}, {2}));
+    ASSERT_EQ(call(kernel->fn, {1, 0}), (std::vector<float>{i + 3.0f, 1})) << i;
+  }
+  EXPECT_EQ(cache.stats().evictions, 27);
+  // The cache's 3, and the one let go of by the last compile (removed at the next load).
+  EXPECT_LE(jit.loaded_objects(), before + 4);
 }
 
 }  // namespace

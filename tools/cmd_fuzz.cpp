@@ -6,6 +6,7 @@
 // (tests/row_kernels_test.cpp).
 #include "fuzz/differential.h"
 #include "ir/error.h"
+#include "runtime/kernel_cache.h"
 #include "tools/commands.h"
 
 #include <fmt/format.h>
@@ -35,6 +36,9 @@ int run_fuzz(const FuzzOptions& o) {
   if (o.external_rows && !o.rows) fail("--external-rows goes with --rows");
   if (o.seed > std::numeric_limits<int64_t>::max() - o.count)
     fail("--seed {} --count {}: the last seed would pass 2^63 - 1", o.seed, o.count);
+  // The JIT's settings (AMPFUSE_CPU, AMPFUSE_JIT_MAX_MAPS, AMPFUSE_KERNELS_IN_MEMORY) are
+  // checked once, as an error, rather than failing every graph.
+  runtime::KernelCache::global();
   const auto t0 = std::chrono::steady_clock::now();
   engine::ExecutorOptions opts;
   opts.fuse = !o.no_fuse;
