@@ -404,8 +404,8 @@ KernelSignature signature(const KernelSpec& spec) {
     return s;
   };
   for (const OperandSpec& o : spec.inputs) sig.inputs.push_back(describe(o));
-  // Bytes as the launcher counts them (runtime/kernel_launch.cpp); the element count is
-  // capped first so that a planned shape past memory cannot overflow the sum.
+  // The launchers take the streaming loop from here (runtime::CompiledKernel::streams); the
+  // element count is capped first so that a planned shape past memory cannot overflow.
   const int64_t capped = std::min(spec.num_elements(), kStreamingOutputBytes + 1);
   int64_t output_bytes = 0;
   for (const OperandSpec& o : spec.outputs) {

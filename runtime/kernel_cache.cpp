@@ -81,6 +81,7 @@ std::shared_ptr<const CompiledKernel> jit_compile(const codegen::KernelSpec& spe
   } else {
     count_disk_load_on_this_thread();
   }
+  kernel->streams = codegen::signature(spec).streams;
   kernel->key = std::move(key);
   kernel->compile_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return kernel;

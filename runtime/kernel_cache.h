@@ -36,6 +36,9 @@ namespace ampfuse::runtime {
 struct CompiledKernel {
   codegen::KernelFn fn = nullptr;
   std::shared_ptr<const void> code;  // keeps fn's machine code loaded (JitCode::owner)
+  // Compiled with the streaming loops (codegen::KernelSignature::streams, part of the key):
+  // launchers ask for non-temporal stores where the outputs are aligned.
+  bool streams = false;
   std::string key;  // "<target cache tag>|<spec cache key>"
   std::string symbol;
   double compile_seconds = 0;  // emit + optimize + machine code (or the disk load)
@@ -51,7 +54,7 @@ struct KernelCacheStats {
   double compile_seconds = 0;
 };
 
-inline constexpr int64_t kDefaultKernelsInMemory = 4096;
+inline constexpr int64_t kDefaultKernelsInMemory = 1024;
 inline constexpr int64_t kMinDefaultKernelsInMemory = 64;
 
 // AMPFUSE_KERNELS_IN_MEMORY when set (an Error naming it unless a count from 1 to 2^31),
@@ -113,9 +116,9 @@ std::shared_ptr<const CompiledKernel> jit_compile(const codegen::KernelSpec& spe
 // below kLaunchMinElementsPerThread elements per thread, waking a worker costs more than it
 // saves; chunk boundaries fall on multiples of kLaunchChunkAlign elements, so every
 // operand's chunk starts on a 64-byte line when its base does (threads never write the same
-// line, vector loops start aligned); outputs of more than kLaunchStreamingBytes are written
-// with non-temporal stores when 64-byte aligned (codegen/kernel_abi.h says why and which
-// kernels can).
+// line, vector loops start aligned); a kernel whose outputs pass kLaunchStreamingBytes
+// (CompiledKernel::streams) writes them with non-temporal stores when they are 64-byte
+// aligned (codegen/kernel_abi.h says why).
 inline constexpr int64_t kLaunchMinElementsPerThread = 16384;
 inline constexpr int64_t kLaunchChunkAlign = 64;
 inline constexpr int64_t kLaunchStreamingBytes = codegen::kStreamingOutputBytes;

@@ -26,13 +26,11 @@ void run_kernel(const CompiledKernel& kernel, const codegen::KernelSpec& spec, s
   const size_t rank = spec.shape.size();
   std::vector<int64_t> strides;
   strides.reserve(operands * rank);
-  int64_t output_bytes = 0;
   bool outputs_aligned = true;
   for (const codegen::OperandSpec& o : spec.inputs) strides.insert(strides.end(), o.strides.begin(), o.strides.end());
   for (size_t k = 0; k < spec.outputs.size(); ++k) {
     const codegen::OperandSpec& o = spec.outputs[k];
     strides.insert(strides.end(), o.strides.begin(), o.strides.end());
-    output_bytes += n * static_cast<int64_t>(ir::dtype_size(o.dtype));
     outputs_aligned &= reinterpret_cast<uintptr_t>(data[spec.inputs.size() + k]) % kLaunchStreamingAlign == 0;
   }
   const codegen::KernelArgs args{
@@ -41,7 +39,7 @@ void run_kernel(const CompiledKernel& kernel, const codegen::KernelSpec& spec, s
       .strides = strides.data(),
       .params = params.data(),
       .flags = flags.data(),
-      .streaming = output_bytes > kLaunchStreamingBytes && outputs_aligned ? 1 : 0,
+      .streaming = kernel.streams && outputs_aligned ? 1 : 0,
   };
   const codegen::KernelFn fn = kernel.fn;
   if (spec.row) {

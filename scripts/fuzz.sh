@@ -71,9 +71,7 @@ fi
 
 # run_job FIRST COUNT LOG [FLAG]: `ampfuse fuzz [FLAG]` over COUNT seeds from FIRST, in
 # processes of at most FUZZ_GRAPHS_PER_PROCESS graphs one after the other, appended to LOG;
-# stops at the first that fails. A process keeps every kernel it compiled, about two memory
-# maps each, and past about 34,000 kernels (40,000 graphs) Linux's limit on a process's
-# maps (vm.max_map_count, 65530 by default) made the JIT fail and the process crash.
+# stops at the first that fails, so that a failure ends its job within minutes.
 run_job() {
   local first=$1 count=$2 log=$3 flag=${4:-} n
   : >"$log"

@@ -312,6 +312,27 @@ TEST(KernelCache, KeepsTheMostRecentlyUsedUpToItsCapacity) {
   EXPECT_EQ(call(b_kernel->fn, {1, 2}), (std::vector<float>{4, 7}));
 }
 
+// Threads asking a cache smaller than their kernels: evictions, removals of released code and
+// loads race, and every call still runs the right kernel (the TSan build runs this).
+TEST(KernelCache, ThreadsThroughASmallCacheRunTheRightKernels) {
+  runtime::KernelCache cache(jit_without_disk(), 2);
+  constexpr int kThreads = 4, kKernels = 6, kRounds = 12;
+  std::vector<std::thread> threads;
+  std::atomic<int> wrong{0};
+  for (int t = 0; t < kThreads; ++t)
+    threads.emplace_back([&, t] {
+      for (int r = 0; r < kRounds; ++r) {
+        const int k = (t + r) % kKernels;
+        const auto kernel = cache.get(dense_spec("k", affine_body(k + 10, 0), {DType::f32}, {DType::f32}, {2}));
+        if (call(kernel->fn, {1, 2}) != std::vector<float>{k + 10.0f, 2 * (k + 10.0f)}) ++wrong;
+      }
+    });
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(wrong.load(), 0);
+  EXPECT_LE(cache.size(), 2);
+  EXPECT_GT(cache.stats().evictions, 0);
+}
+
 TEST(KernelCache, EvictedKernelsLeaveTheProcess) {
   runtime::Jit& jit = runtime::Jit::global();
   runtime::KernelCache cache(jit_without_disk(), 3);

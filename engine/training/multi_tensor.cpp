@@ -16,8 +16,7 @@ namespace {
 struct Variant {
   int body;
   std::vector<ir::DType> dtypes;
-  int64_t size = 0;          // elements of its groups together
-  int64_t output_bytes = 0;  // what its groups write: past kLaunchStreamingBytes, it streams
+  int64_t size = 0;  // elements of its groups together: its spec's size
   std::shared_ptr<const runtime::CompiledKernel> kernel;
 };
 
@@ -83,11 +82,8 @@ void run_multi_tensor(std::span<const MultiTensorBody> bodies, std::span<const M
     if (g.size == 0) continue;
     auto it = std::find_if(variants.begin(), variants.end(),
                            [&](const Variant& v) { return v.body == g.body && v.dtypes == g.dtypes; });
-    if (it == variants.end()) it = variants.insert(variants.end(), Variant{g.body, g.dtypes, 0, 0, nullptr});
+    if (it == variants.end()) it = variants.insert(variants.end(), Variant{g.body, g.dtypes, 0, nullptr});
     it->size += g.size;
-    const MultiTensorBody& b = bodies[g.body];
-    for (int k = b.num_inputs; k < b.num_inputs + b.num_outputs; ++k)
-      it->output_bytes += g.size * static_cast<int64_t>(ir::dtype_size(g.dtypes[k]));
     variant_of[i] = static_cast<int>(it - variants.begin());
   }
   if (variants.empty()) return;
@@ -114,7 +110,7 @@ void run_multi_tensor(std::span<const MultiTensorBody> bodies, std::span<const M
     // Non-temporal stores where the variant's outputs together pass kLaunchStreamingBytes
     // (its spec's size is their sum, so its kernel has the streaming loop) and this group's
     // are 64-byte aligned.
-    bool streaming = v.output_bytes > runtime::kLaunchStreamingBytes;
+    bool streaming = v.kernel->streams;
     for (int k = b.num_inputs; k < b.num_inputs + b.num_outputs; ++k)
       streaming &= reinterpret_cast<uintptr_t>(g.data[k]) % runtime::kLaunchStreamingAlign == 0;
     Piece p;
