@@ -95,7 +95,12 @@ class Generator {
       }
     }
     out.graph = b_.finish(true);
+    // The cancelling op's inputs, found again after dce renumbers the nodes by a hint.
+    constexpr const char* kCancelling = "__fuzz_cancelling__";
+    if (cancelling_node_) out.graph.nodes.at(static_cast<size_t>(*cancelling_node_)).hints[kCancelling] = "1";
     engine::dce(out.graph);  // values no output reads never become kernels
+    for (ir::Node& n : out.graph.nodes)
+      if (n.hints.erase(kCancelling)) out.cancel_terms = n.inputs;
     return out;
   }
 
@@ -221,7 +226,7 @@ class Generator {
 
   // The graph's one transcendental op: an op of the registry whose recipe holds one.
   void transcendental_op(RandomGraph& out) {
-    if (!registry_op(values_.back(), /*transcendental=*/true, &out.cancels)) unary(values_.back(), "exp");
+    if (!registry_op(values_.back(), /*transcendental=*/true, &out)) unary(values_.back(), "exp");
   }
 
   // The ops of the registry with a recipe (fuzzable_ops()), in name order: exact or not is
@@ -282,7 +287,8 @@ class Generator {
   // other data inputs from the values so far (cast to x's dtype), parameter inputs new
   // variables of the types the op's inference asks for. Tries a few draws; false when none
   // fits (the caller adds a simple op instead).
-  bool registry_op(const Value& x, bool transcendental, bool* cancels = nullptr) {
+  // `cancels`: set its `cancels` when the op drawn is a composite transcendental one.
+  bool registry_op(const Value& x, bool transcendental, RandomGraph* cancels = nullptr) {
     const std::vector<const ir::OpDef*>& ops = recipe_ops();
     const ir::OpDef* drawn = ops[pick(static_cast<int>(ops.size()))];
     for (int attempt = 0; attempt < 24; ++attempt) {
@@ -340,8 +346,12 @@ class Generator {
           values_.push_back({inputs.back(), shape, ctx.inputs[static_cast<size_t>(i)]->dtype});
         }
       }
-      push(b_.op_multi(def.name, std::move(inputs), raw).at(0), result->shape, result->dtype);
-      if (cancels) *cancels = rc.composite;
+      const ValueRef made = b_.op_multi(def.name, std::move(inputs), raw).at(0);
+      if (cancels && rc.composite) {
+        cancels->cancels = true;
+        cancelling_node_ = made.node;
+      }
+      push(made, result->shape, result->dtype);
       return true;
     }
     return false;
@@ -367,6 +377,7 @@ class Generator {
   std::vector<ValueRef> computed_;
   std::vector<ValueRef> outputs_;
   int params_ = 0;
+  std::optional<int32_t> cancelling_node_;  // the composite transcendental op, if drawn
 };
 
 }  // namespace

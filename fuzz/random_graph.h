@@ -26,9 +26,10 @@ struct RandomGraph {
   ir::Graph graph;             // types inferred
   bool transcendental = false;  // holds one transcendental op (compare within a ULP bound)
   // The transcendental op's recipe does arithmetic around its call (LeakyReLU gelu, a
-  // derivative), which may cancel: compare within a bound relative to the output's largest
-  // |value| where the ULP bound fails.
+  // derivative), which may cancel: compare within a bound relative to the largest |value|
+  // of the outputs and of that op's inputs (cancel_terms) where the ULP bound fails.
   bool cancels = false;
+  std::vector<ir::ValueRef> cancel_terms;
 };
 
 // The ops the generator draws: every op of the registry with a scalar recipe (sorted), so an

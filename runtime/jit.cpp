@@ -12,6 +12,7 @@
 #include <llvm/ExecutionEngine/Orc/ExecutionUtils.h>
 #include <llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h>
 #include <llvm/ExecutionEngine/Orc/LLJIT.h>
+#include <llvm/ExecutionEngine/Orc/SymbolStringPool.h>
 #include <llvm/ExecutionEngine/Orc/ThreadSafeModule.h>
 #include <llvm/IR/LLVMContext.h>
 #include <llvm/IR/Module.h>
@@ -54,6 +55,8 @@ struct Jit::Impl {
   // caller's lock, or at exit after LLVM's own statics are gone.
   std::mutex released_mutex;
   std::vector<llvm::orc::JITDylib*> released;
+  static constexpr int64_t kRemovalsPerNameSweep = 256;
+  int64_t removed_since_sweep = 0;
 
   void remove_released();
   void refuse_near_map_cap(const char* doing, const std::string& symbol);
@@ -75,6 +78,14 @@ void Jit::Impl::remove_released() {
     std::call_once(warned, [&] {
       fmt::print(stderr, "ampfuse: warning: LLVM JIT: removing the code of released kernels: {}\n", text);
     });
+  }
+  // ORC's symbol-name pool keeps the names of removed symbols until told to drop them
+  // (about 150 bytes a kernel, each name unique); every so many removals, so that the sweep
+  // over the pool stays cheap.
+  removed_since_sweep += static_cast<int64_t>(libs.size());
+  if (removed_since_sweep >= kRemovalsPerNameSweep) {
+    jit->getExecutionSession().getSymbolStringPool()->clearDeadEntries();
+    removed_since_sweep = 0;
   }
 }
 

@@ -162,6 +162,20 @@ TEST(Differential, FindingsOfLongRunsStayFixed) {
   }
 }
 
+// A cancelling op whose every output element is what is left of a cancellation: seed
+// 11290182's tanh derivative g * (1 - t*t) of bf16 data through degrees, t one f32 step
+// from 1 (interpreter, 1.05e-6) or 1 itself (the kernel's tanh, within its ULP bound: 0).
+// The bound relative to the largest |value| takes the op's inputs too (g = 8.78 here), so
+// the graph passes; its output alone failed it (`make fuzz`, session 24).
+TEST(Differential, CancellingOpsAreBoundedByTheirInputs) {
+  const RandomGraph rg = random_fusable_graph(11290182);
+  ASSERT_TRUE(rg.cancels);
+  ASSERT_EQ(rg.cancel_terms.size(), 2u);
+  EXPECT_EQ(rg.graph.node(rg.cancel_terms[0]).op, "degrees");
+  const DifferentialResult r = check_random_graph(11290182);
+  EXPECT_TRUE(r.ok) << r.message;
+}
+
 // Row graphs compare within one step of the stored dtype too: seed 2007180's softmax over
 // 2^20 + 3 f16 columns gives outputs near 4e-7, f16 subnormals one step (6e-8) apart where
 // the f32 results differ by the summation order alone (`make fuzz` reported it).
