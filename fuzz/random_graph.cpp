@@ -287,8 +287,9 @@ class Generator {
   // other data inputs from the values so far (cast to x's dtype), parameter inputs new
   // variables of the types the op's inference asks for. Tries a few draws; false when none
   // fits (the caller adds a simple op instead).
-  // `cancels`: set its `cancels` when the op drawn is a composite transcendental one.
-  bool registry_op(const Value& x, bool transcendental, RandomGraph* cancels = nullptr) {
+  // With `out`, a composite transcendental op drawn sets out->cancels (and is remembered,
+  // for RandomGraph::cancel_terms).
+  bool registry_op(const Value& x, bool transcendental, RandomGraph* out = nullptr) {
     const std::vector<const ir::OpDef*>& ops = recipe_ops();
     const ir::OpDef* drawn = ops[pick(static_cast<int>(ops.size()))];
     for (int attempt = 0; attempt < 24; ++attempt) {
@@ -347,8 +348,8 @@ class Generator {
         }
       }
       const ValueRef made = b_.op_multi(def.name, std::move(inputs), raw).at(0);
-      if (cancels && rc.composite) {
-        cancels->cancels = true;
+      if (out && rc.composite) {
+        out->cancels = true;
         cancelling_node_ = made.node;
       }
       push(made, result->shape, result->dtype);
