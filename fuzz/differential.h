@@ -14,6 +14,7 @@
 #include "runtime/interpreter.h"
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -53,12 +54,12 @@ bool holds_min_max(const std::vector<const codegen::KernelSpec*>& specs);
 // (of_largest > 0) within that fraction of the output's largest finite |value| or one step
 // of the output's dtype, which two results a hair apart may round to: where the output's
 // values are f16 subnormals, a step is far above any relative bound (row seed 2007180: a
-// softmax over 2^20 f16 columns, every output near 4e-7, one step 6e-8). `largest_at_least`:
-// the largest |value| the fraction is taken of is at least this (the scale of terms that
-// cancelled before the output; check_random_graph).
+// softmax over 2^20 f16 columns, every output near 4e-7, one step 6e-8). `scale_terms`:
+// values of `g` whose largest finite |value| the fraction is taken of too, where larger
+// (the terms that cancelled before the output; check_random_graph).
 DifferentialResult compare_fused_with_interpreter(const ir::Graph& g, uint64_t seed, int ulps,
                                                   const engine::ExecutorOptions& opts = {}, double of_largest = 0,
-                                                  double largest_at_least = 0);
+                                                  std::span<const ir::ValueRef> scale_terms = {});
 
 // random_fusable_graph(seed) through compare_fused_with_interpreter. Never throws: an
 // error while building, compiling or running is a failure whose message names the seed.

@@ -3,13 +3,12 @@
 #include "codegen/llvm_emitter.h"
 #include "codegen/llvm_target.h"
 #include "ir/error.h"
+#include "runtime/env_count.h"
 #include "runtime/jit.h"
 #include "runtime/memory_maps.h"
 
 #include <algorithm>
 #include <atomic>
-#include <cerrno>
-#include <cstdlib>
 #include <chrono>
 #include <condition_variable>
 #include <optional>
@@ -89,19 +88,13 @@ std::shared_ptr<const CompiledKernel> jit_compile(const codegen::KernelSpec& spe
 
 int64_t kernels_in_memory() {
   static const int64_t count = [] {
-    const char* env = std::getenv("AMPFUSE_KERNELS_IN_MEMORY");
-    if (!env || !*env) {
-      // Each kernel holds about two maps: keep the cache's to a quarter of the JIT's limit.
-      const int64_t limit = jit_map_limit();
-      if (limit < 0) return kDefaultKernelsInMemory;
-      return std::clamp(limit / 8, kMinDefaultKernelsInMemory, kDefaultKernelsInMemory);
-    }
-    char* end = nullptr;
-    errno = 0;
-    const long long v = std::strtoll(env, &end, 10);
-    if (*end != '\0' || errno == ERANGE || v < 1 || v > (int64_t{1} << 31))
-      fail("AMPFUSE_KERNELS_IN_MEMORY='{}' is not a kernel count from 1 to 2147483648", env);
-    return static_cast<int64_t>(v);
+    if (const std::optional<int64_t> kernels =
+            env_count("AMPFUSE_KERNELS_IN_MEMORY", "a kernel count", 1, int64_t{1} << 31))
+      return *kernels;
+    // Each kernel holds about two maps: keep the cache's to a quarter of the JIT's limit.
+    const int64_t limit = jit_map_limit();
+    if (limit < 0) return kDefaultKernelsInMemory;
+    return std::clamp(limit / 8, kMinDefaultKernelsInMemory, kDefaultKernelsInMemory);
   }();
   return count;
 }

@@ -1,6 +1,6 @@
 #include "runtime/memory_maps.h"
 
-#include "ir/error.h"
+#include "runtime/env_count.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -67,14 +67,7 @@ int64_t system_max_map_count() {
 
 int64_t jit_map_limit() {
   static const int64_t limit = [] {
-    if (const char* env = std::getenv("AMPFUSE_JIT_MAX_MAPS"); env && *env) {
-      char* end = nullptr;
-      errno = 0;
-      const long long v = std::strtoll(env, &end, 10);
-      if (*end != '\0' || errno == ERANGE || v < 1)
-        fail("AMPFUSE_JIT_MAX_MAPS='{}' is not a map count of at least 1", env);
-      return static_cast<int64_t>(v);
-    }
+    if (const std::optional<int64_t> maps = env_count("AMPFUSE_JIT_MAX_MAPS", "a map count", 1)) return *maps;
     const int64_t cap = system_max_map_count();
     if (cap < 0) return int64_t{-1};
     return std::max<int64_t>(1, cap - std::max(kMinOtherMaps, cap / kOtherMapsShare));

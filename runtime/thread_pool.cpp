@@ -1,12 +1,12 @@
 #include "runtime/thread_pool.h"
 
 #include "ir/error.h"
+#include "runtime/env_count.h"
 #include "runtime/team_policy.h"
 
 #include <omp.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <exception>
 #include <mutex>
 
@@ -16,13 +16,8 @@ ThreadPool::ThreadPool(int threads) : threads_(std::max(1, threads)) {}
 
 ThreadPool& ThreadPool::global() {
   static ThreadPool pool([] {
-    if (const char* env = std::getenv("AMPFUSE_THREADS")) {
-      char* end = nullptr;
-      const long v = std::strtol(env, &end, 10);
-      if (end == env || *end != '\0' || v < 1 || v > 1024)
-        fail("AMPFUSE_THREADS='{}' is not a thread count from 1 to 1024", env);
-      return static_cast<int>(v);
-    }
+    if (const std::optional<int64_t> threads = env_count("AMPFUSE_THREADS", "a thread count", 1, 1024))
+      return static_cast<int>(*threads);
     return omp_get_max_threads();
   }());
   return pool;
