@@ -262,7 +262,8 @@ TEST(CliReadme, EveryJsonKeyIsDocumentedUnderItsCommand) {
 // Environment variables the code reads: std::getenv of a literal name in C++, the
 // variables shell scripts give defaults to, and os.environ reads in Python.
 std::set<std::string> environment_variables_in_sources() {
-  static const std::regex getenv_call(R"re(getenv\("([A-Z_][A-Z0-9_]*)"\))re");
+  // Names read by getenv or by runtime::env_count (runtime/env_count.h).
+  static const std::regex getenv_call(R"re((?:getenv|env_count)\("([A-Z_][A-Z0-9_]*)"[,)])re");
   static const std::regex shell_default(R"(\$\{([A-Z_][A-Z0-9_]*):-)");
   static const std::regex python_environ(R"re(environ(?:\.get)?[\[(]"([A-Z_][A-Z0-9_]*)")re");
   std::set<std::string> names;
